@@ -1,0 +1,102 @@
+"""One error hierarchy. Every error a client can see carries its HTTP status.
+
+The HTTP layer turns a ServingError into ``{"error": message, "type": name}``
+with ``status_code``; anything else becomes a generic 500 (details in the log).
+Across a process boundary an error travels as (type, message, status) plain
+data and is rebuilt here with ``from_wire``; foreign classes are never unpickled.
+"""
+
+from __future__ import annotations
+
+
+class ServingError(Exception):
+    status_code: int = 500
+    error_type: str = "internal_error"
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+    def to_dict(self) -> dict:
+        return {"error": self.message, "type": self.error_type}
+
+    @staticmethod
+    def from_wire(error_type: str, message: str) -> "ServingError":
+        cls = _BY_TYPE.get(error_type, ServingError)
+        return cls(message)
+
+
+class InvalidRequest(ServingError):
+    status_code = 400
+    error_type = "invalid_request"
+
+
+class ModelNotFound(ServingError):
+    status_code = 404
+    error_type = "model_not_found"
+
+
+class ModelAlreadyLoaded(ServingError):
+    status_code = 409
+    error_type = "model_already_loaded"
+
+
+class PayloadTooLarge(ServingError):
+    status_code = 413
+    error_type = "payload_too_large"
+
+
+class UnsupportedMediaType(ServingError):
+    status_code = 415
+    error_type = "unsupported_media_type"
+
+
+class QueueFull(ServingError):
+    status_code = 429
+    error_type = "queue_full"
+
+
+class EngineNotReady(ServingError):
+    status_code = 503
+    error_type = "engine_not_ready"
+
+
+class EngineDead(ServingError):
+    status_code = 503
+    error_type = "engine_dead"
+
+
+class RequestTimeout(ServingError):
+    status_code = 504
+    error_type = "timeout"
+
+
+class InsufficientMemory(ServingError):
+    status_code = 507
+    error_type = "insufficient_memory"
+
+
+class ModelLoadError(ServingError):
+    """A model folder that cannot be loaded (corrupt, unsupported, unsafe)."""
+
+    status_code = 500
+    error_type = "model_load_error"
+
+
+_BY_TYPE: dict[str, type[ServingError]] = {
+    cls.error_type: cls
+    for cls in (
+        ServingError,
+        InvalidRequest,
+        ModelNotFound,
+        ModelAlreadyLoaded,
+        PayloadTooLarge,
+        UnsupportedMediaType,
+        QueueFull,
+        EngineNotReady,
+        EngineDead,
+        RequestTimeout,
+        InsufficientMemory,
+        ModelLoadError,
+    )
+}

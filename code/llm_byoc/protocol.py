@@ -1,0 +1,310 @@
+"""Typed messages that cross a process boundary, and their wire codec.
+
+Two boundaries use them:
+  front end (HTTP worker) <-> engine core (scheduler + step loop)
+  engine core (executor)  <-> model worker (weights + KV cache)
+
+Only plain data crosses: ids, ints, floats, strings, enums and the small
+frozen dataclasses below. ``encode``/``decode`` turn a message into JSON bytes
+and back, rebuilding only the classes registered here, so a peer never makes
+us unpickle (and so execute) anything. A prompt's token ids cross once; after
+that only new token ids travel, keyed by sequence id.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import InvalidRequest
+
+
+class FinishReason(str, enum.Enum):
+    STOP = "stop"  # EOS token or a stop string
+    LENGTH = "length"  # max_new_tokens or the context window
+    ABORT = "abort"  # the client went away or cancelled
+    ERROR = "error"  # the engine failed this sequence
+
+
+class EngineState(str, enum.Enum):
+    LOADING = "loading"
+    READY = "ready"
+    DEAD = "dead"
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to pick tokens for one sequence. Greedy unless temperature > 0."""
+
+    max_new_tokens: int = 64
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0: no top-k filter
+    repetition_penalty: float = 1.0
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    ignore_eos: bool = False
+    logprobs: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stop", tuple(self.stop))
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def validate(self, max_new_tokens_limit: int) -> "SamplingParams":
+        """Raise InvalidRequest with a clear message for values that cannot work."""
+
+        def is_int(v: Any) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool)
+
+        def is_num(v: Any) -> bool:
+            return (is_int(v) or isinstance(v, float)) and math.isfinite(v)
+
+        if not is_int(self.max_new_tokens) or not 1 <= self.max_new_tokens <= max_new_tokens_limit:
+            raise InvalidRequest(
+                f"max_new_tokens must be an integer from 1 to {max_new_tokens_limit}, "
+                f"got {self.max_new_tokens!r}"
+            )
+        if not is_num(self.temperature) or self.temperature < 0:
+            raise InvalidRequest(f"temperature must be a number >= 0, got {self.temperature!r}")
+        if not is_num(self.top_p) or not 0 < self.top_p <= 1:
+            raise InvalidRequest(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if not is_int(self.top_k) or self.top_k < 0:
+            raise InvalidRequest(f"top_k must be an integer >= 0, got {self.top_k!r}")
+        if not is_num(self.repetition_penalty) or self.repetition_penalty <= 0:
+            raise InvalidRequest(
+                f"repetition_penalty must be a number > 0, got {self.repetition_penalty!r}"
+            )
+        if len(self.stop) > 16 or not all(isinstance(s, str) and s for s in self.stop):
+            raise InvalidRequest("stop must be at most 16 non-empty strings")
+        if self.seed is not None and (not is_int(self.seed) or not 0 <= self.seed < 2**63):
+            raise InvalidRequest(f"seed must be a non-negative integer, got {self.seed!r}")
+        if not isinstance(self.ignore_eos, bool) or not isinstance(self.logprobs, bool):
+            raise InvalidRequest("ignore_eos and logprobs must be booleans")
+        return self
+
+
+# --- engine core <-> model worker --------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the worker tells the engine once the model is loaded."""
+
+    model_type: str  # "llama", "opt", ...
+    model_path: str  # resolved local folder or .gguf file: the front end loads its tokenizer from here
+    vocab_size: int
+    max_model_len: int
+    eos_token_ids: list[int]
+    device: str
+    dtype: str
+    num_slots: int  # sequences whose KV cache fits at once
+    load_time_s: float
+    param_bytes: int = 0
+    kv_cache_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class NewSequence:
+    """Sent once, with the step where the sequence's first chunk is computed."""
+
+    seq_id: str
+    params: SamplingParams
+
+
+@dataclass(frozen=True)
+class ScheduledChunk:
+    """Compute ``token_ids`` at positions start_pos.. for one sequence.
+
+    A prefill chunk carries several prompt tokens; a decode carries the one
+    token sampled last step. ``sample`` is true when this chunk reaches the end
+    of what is known, so the worker samples the next token.
+    """
+
+    seq_id: str
+    token_ids: list[int]
+    start_pos: int
+    sample: bool
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    step_id: int
+    new: list[NewSequence] = field(default_factory=list)
+    chunks: list[ScheduledChunk] = field(default_factory=list)
+    freed: list[str] = field(default_factory=list)  # drop these sequences' KV cache first
+
+
+@dataclass(frozen=True)
+class SampledToken:
+    seq_id: str
+    token_id: int
+    logprob: float | None = None
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    step_id: int
+    samples: list[SampledToken]
+    elapsed_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class WorkerReady:
+    info: ModelInfo
+
+
+@dataclass(frozen=True)
+class WorkerFailure:
+    """A worker-side error as plain data. ``fatal``: the worker is exiting."""
+
+    error_type: str
+    message: str
+    fatal: bool = False
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    pass
+
+
+# --- front end <-> engine core -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AddSequence:
+    seq_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+
+
+@dataclass(frozen=True)
+class AbortSequence:
+    seq_id: str
+
+
+@dataclass(frozen=True)
+class SequenceUpdate:
+    """New tokens for one sequence; ``finish_reason`` set on its last update."""
+
+    seq_id: str
+    token_ids: list[int]
+    logprobs: list[float] | None = None
+    finish_reason: FinishReason | None = None
+    num_prompt_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class SequenceRejected:
+    """The engine refused or failed a sequence (queue full, too long, engine dead)."""
+
+    seq_id: str
+    error_type: str
+    message: str
+
+
+@dataclass(frozen=True)
+class EngineOutputs:
+    updates: list[SequenceUpdate] = field(default_factory=list)
+    rejected: list[SequenceRejected] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class HealthRequest:
+    pass
+
+
+@dataclass(frozen=True)
+class HealthReport:
+    state: EngineState
+    detail: str = ""
+    info: ModelInfo | None = None
+    num_waiting: int = 0
+    num_running: int = 0
+
+
+# --- codec ----------------------------------------------------------------------
+
+_MESSAGES: dict[str, type] = {
+    cls.__name__: cls
+    for cls in (
+        SamplingParams,
+        ModelInfo,
+        NewSequence,
+        ScheduledChunk,
+        StepBatch,
+        SampledToken,
+        StepOutput,
+        WorkerReady,
+        WorkerFailure,
+        Shutdown,
+        AddSequence,
+        AbortSequence,
+        SequenceUpdate,
+        SequenceRejected,
+        EngineOutputs,
+        HealthRequest,
+        HealthReport,
+    )
+}
+_ENUMS: dict[str, type[enum.Enum]] = {cls.__name__: cls for cls in (FinishReason, EngineState)}
+
+
+class ProtocolError(ValueError):
+    """Bytes that are not a message of this protocol."""
+
+
+def _to_plain(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return {"__e": type(value).__name__, "v": value.value}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out = {"__t": type(value).__name__}
+        for f in dataclasses.fields(value):
+            out[f.name] = _to_plain(getattr(value, f.name))
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_to_plain(v) for v in value]
+    return value
+
+
+def _from_plain(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_from_plain(v) for v in value]
+    if isinstance(value, dict):
+        if "__e" in value:
+            enum_cls = _ENUMS.get(value["__e"])
+            if enum_cls is None:
+                raise ProtocolError(f"unknown enum {value['__e']!r}")
+            return enum_cls(value["v"])
+        name = value.get("__t")
+        cls = _MESSAGES.get(name)
+        if cls is None:
+            raise ProtocolError(f"unknown message type {name!r}")
+        kwargs = {k: _from_plain(v) for k, v in value.items() if k != "__t"}
+        try:
+            return cls(**kwargs)
+        except TypeError as exc:
+            raise ProtocolError(f"bad fields for {name}: {exc}") from None
+    return value
+
+
+def encode(message: Any) -> bytes:
+    if type(message).__name__ not in _MESSAGES:
+        raise ProtocolError(f"{type(message).__name__} is not a protocol message")
+    return json.dumps(_to_plain(message), separators=(",", ":")).encode()
+
+
+def decode(data: bytes) -> Any:
+    try:
+        plain = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"not JSON: {exc}") from None
+    if not isinstance(plain, dict) or "__t" not in plain:
+        raise ProtocolError("a message must be a JSON object with a type")
+    return _from_plain(plain)
