@@ -1,0 +1,144 @@
+"""The Flask app: the SageMaker hosting routes in front of one engine.
+
+  GET  /ping                  200 when the model is loaded and its worker alive, else 503
+  POST /invocations           TGI or OpenAI style generation, plain JSON or SSE stream
+  GET  /execution-parameters  batch transform settings
+
+``engine`` is anything with the LLMEngine front-end API (``health``, ``submit``,
+``tokenizer``): an ``LLMEngine``, or the ``EngineLink`` the wsgi entry uses to
+reach the engine process. Errors are ``ServingError``s, turned into JSON by
+the one handler in ``api.errors``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from typing import Any
+
+from flask import Flask, Response, g, jsonify, request, stream_with_context
+from werkzeug.exceptions import RequestEntityTooLarge
+
+from ..config import MultiModelConfig, ServerConfig
+from ..errors import EngineDead, EngineNotReady, PayloadTooLarge
+from ..protocol import EngineState, ModelInfo
+from .body import read_json
+from .errors import error_response, register_error_handlers
+from .request_log import RequestLog, pick_request_id
+from .schemas import ResponseContext, parse_invocation
+from .sse import SSE_MIMETYPE, sse_headers
+from .streaming import stream_frames
+
+CUSTOM_ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
+MIB = 1024 * 1024
+
+
+def create_app(engine: Any, config: ServerConfig) -> Flask:
+    app = _base_app(config)
+    model = _ModelFacts(engine)
+
+    @app.get("/ping")
+    def ping():
+        try:
+            report = engine.health()
+        except Exception as exc:  # an engine we cannot even ask is as good as dead
+            return error_response(503, f"engine health check failed: {exc}", EngineDead.error_type)
+        if report.state is EngineState.READY:
+            return jsonify(status="ready", num_waiting=report.num_waiting, num_running=report.num_running)
+        error_type = EngineDead.error_type if report.state is EngineState.DEAD else EngineNotReady.error_type
+        return error_response(503, report.detail or f"the engine is {report.state.value}", error_type)
+
+    @app.post("/invocations")
+    def invocations():
+        invocation = parse_invocation(read_json(request, config.max_payload_bytes), lambda: engine.tokenizer)
+        request_log: RequestLog = g.request_log
+        ctx = model.context(request_log.request_id)
+        engine_id = f"{request_log.request_id}-{secrets.token_hex(4)}"  # unique even if a caller reuses ids
+        handle = engine.submit(invocation.prompts, invocation.params, request_id=engine_id)
+        if invocation.stream:
+            g.streaming = True
+            frames = stream_frames(handle, invocation.stream_writer(ctx), config.timeout_s, request_log)
+            return Response(stream_with_context(frames), mimetype=SSE_MIMETYPE, headers=sse_headers())
+        try:
+            results = handle.result(timeout_s=config.timeout_s)
+        except BaseException:
+            handle.abort()
+            raise
+        request_log.on_results(results)
+        return jsonify(invocation.response(results, ctx))
+
+    @app.get("/execution-parameters")
+    def execution_parameters():
+        info = model.info()
+        return jsonify(
+            MaxConcurrentTransforms=info.num_slots if info else 1,
+            BatchStrategy="SINGLE_RECORD",  # one JSON request per record
+            MaxPayloadInMB=max(1, config.max_payload_bytes // MIB),
+        )
+
+    return app
+
+
+def create_multi_model_app(config: ServerConfig, multi_model: MultiModelConfig) -> Flask:
+    """SAGEMAKER_MULTI_MODEL=true: the multi-model routes own /ping and /invocations."""
+    from ..multimodel import register_multi_model_routes  # imported only in this mode
+
+    app = _base_app(config)
+    register_multi_model_routes(app, multi_model)
+    return app
+
+
+def _base_app(config: ServerConfig) -> Flask:
+    app = Flask("llm_byoc")
+    app.config["MAX_CONTENT_LENGTH"] = config.max_payload_bytes
+    register_error_handlers(app)
+
+    @app.errorhandler(RequestEntityTooLarge)
+    def _too_large(exc: RequestEntityTooLarge):
+        message = f"request body over the {config.max_payload_bytes} byte limit (SAGEMAKER_MAX_PAYLOAD_IN_MB)"
+        return error_response(413, message, PayloadTooLarge.error_type)
+
+    @app.before_request
+    def _start_log():
+        g.request_log = RequestLog(pick_request_id(request.headers), request.method, request.path)
+
+    @app.after_request
+    def _finish_log(response: Response):
+        request_log = g.get("request_log")
+        if request_log is not None:
+            response.headers["X-Request-Id"] = request_log.request_id
+            if not g.get("streaming"):
+                request_log.finish(response.status_code)
+        if CUSTOM_ATTRIBUTES in request.headers:  # passed through unchanged, as SageMaker expects
+            response.headers[CUSTOM_ATTRIBUTES] = request.headers[CUSTOM_ATTRIBUTES]
+        return response
+
+    return app
+
+
+class _ModelFacts:
+    """What responses say about the model, read from the engine once it is ready."""
+
+    def __init__(self, engine: Any):
+        self._engine = engine
+        self._info: ModelInfo | None = None
+
+    def info(self) -> ModelInfo | None:
+        if self._info is None:
+            try:
+                self._info = self._engine.health().info
+            except Exception:
+                return None
+        return self._info
+
+    def context(self, request_id: str) -> ResponseContext:
+        info = self.info()
+        tokenizer = self._engine.tokenizer
+        eos = frozenset(info.eos_token_ids) if info else frozenset()
+        return ResponseContext(
+            request_id=request_id,
+            model_name=os.path.basename(info.model_path.rstrip("/")) if info else "model",
+            tokenizer=tokenizer,
+            eos_token_ids=eos,
+            special_token_ids=eos | frozenset(getattr(tokenizer, "all_special_ids", None) or ()),
+        )

@@ -1,0 +1,68 @@
+"""Reading the request body: content type, size limit, then JSON.
+
+Only ``application/json`` is accepted (any ``charset`` must be UTF-8): every
+schema this server speaks is JSON, and a clear 415 beats guessing what a text
+or binary body meant. The size limit is checked on the declared
+Content-Length first and then on the bytes actually read (a chunked body
+declares none), so an oversized body is refused without being held in memory.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from flask import Request
+
+from ..errors import InvalidRequest, PayloadTooLarge, UnsupportedMediaType
+
+JSON_MIMETYPE = "application/json"
+
+
+def check_content_type(request: Request) -> None:
+    if request.mimetype != JSON_MIMETYPE:
+        shown = request.content_type or "none"
+        raise UnsupportedMediaType(f"Content-Type must be {JSON_MIMETYPE}, got {shown}")
+    charset = request.mimetype_params.get("charset", "utf-8").lower()
+    if charset not in ("utf-8", "utf8"):
+        raise UnsupportedMediaType(f"charset must be utf-8, got {charset}")
+
+
+def read_body(request: Request, max_bytes: int) -> bytes:
+    declared = request.content_length
+    if declared is not None and declared > max_bytes:
+        raise PayloadTooLarge(_too_large(declared, max_bytes))
+    chunks, total = [], 0
+    while True:  # to the end: a short read is not the end of a chunked body
+        chunk = request.stream.read(min(64 * 1024, max_bytes + 1 - total))
+        if not chunk:
+            return b"".join(chunks)
+        total += len(chunk)
+        if total > max_bytes:
+            raise PayloadTooLarge(_too_large(None, max_bytes))
+        chunks.append(chunk)
+
+
+def parse_json(data: bytes) -> Any:
+    if not data:
+        raise InvalidRequest("the request body is empty; send a JSON object")
+    try:
+        return json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
+    except UnicodeDecodeError:
+        raise InvalidRequest("the request body is not valid UTF-8") from None
+    except ValueError as exc:
+        raise InvalidRequest(f"malformed JSON: {exc}") from None
+
+
+def read_json(request: Request, max_bytes: int) -> Any:
+    check_content_type(request)
+    return parse_json(read_body(request, max_bytes))
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _too_large(declared: int | None, max_bytes: int) -> str:
+    size = f"{declared} bytes" if declared is not None else "more"
+    return f"request body is {size}; the limit is {max_bytes} bytes (SAGEMAKER_MAX_PAYLOAD_IN_MB)"

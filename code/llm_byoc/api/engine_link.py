@@ -1,0 +1,105 @@
+"""The engine as one HTTP worker sees it, connected in the background.
+
+A gunicorn worker starts before the engine process is listening (and long
+before its model is loaded), yet ``/ping`` must answer at once. ``EngineLink``
+keeps trying ``connect()`` on a daemon thread; until it succeeds the engine
+reports LOADING and requests get 503. Once the model is loaded it also loads
+the tokenizer in this process before ``/ping`` says READY, so the first request
+does not pay for it. It offers the slice of the LLMEngine API the HTTP layer
+uses, so the app cannot tell it from an engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable
+
+from ..errors import EngineNotReady, ServingError
+from ..protocol import EngineState, HealthReport
+
+log = logging.getLogger(__name__)
+
+
+class EngineLink:
+    def __init__(self, connect: Callable[[], Any], where: str, retry_interval_s: float = 0.5):
+        self._connect = connect
+        self._where = where
+        self._retry_interval_s = retry_interval_s
+        self._engine: Any = None
+        self._warm = False  # the tokenizer is loaded in this process
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> "EngineLink":
+        self._thread = threading.Thread(target=self._connect_loop, name="engine-link", daemon=True)
+        self._thread.start()
+        return self
+
+    def _connect_loop(self) -> None:
+        attempts = 0
+        started = time.monotonic()
+        while not self._stopped.is_set():
+            attempts += 1
+            try:
+                engine = self._connect()
+            except Exception as exc:  # not listening yet: keep trying, say so now and then
+                if attempts % 20 == 1:
+                    log.info("engine at %s not reachable yet (%s); retrying", self._where, exc)
+                self._stopped.wait(self._retry_interval_s)
+                continue
+            self._engine = engine
+            log.info("connected to the engine at %s after %.1f s", self._where, time.monotonic() - started)
+            self._warm_up(engine)
+            return
+
+    def _warm_up(self, engine: Any) -> None:
+        while not self._stopped.is_set():
+            try:
+                engine.wait_ready(1.0)
+                break
+            except EngineNotReady:
+                continue  # still loading
+            except ServingError:
+                return  # dead: health() says so
+        try:
+            engine.tokenizer  # noqa: B018 - loads it once, here rather than in the first request
+        except Exception:
+            log.exception("loading the tokenizer failed")
+        self._warm = True
+
+    @property
+    def connected(self) -> bool:
+        return self._engine is not None
+
+    def _require(self) -> Any:
+        engine = self._engine
+        if engine is None:
+            raise EngineNotReady(f"the engine at {self._where} is starting; retry shortly")
+        return engine
+
+    def health(self) -> HealthReport:
+        engine = self._engine
+        if engine is None:
+            return HealthReport(state=EngineState.LOADING, detail=f"connecting to the engine at {self._where}")
+        report = engine.health()
+        if report.state is EngineState.READY and not self._warm:
+            return HealthReport(EngineState.LOADING, "loading the tokenizer", report.info)
+        return report
+
+    def submit(self, prompts, params, request_id: str | None = None):
+        return self._require().submit(prompts, params, request_id=request_id)
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._require().tokenizer
+
+    @property
+    def max_model_len(self) -> int:
+        return self._require().max_model_len
+
+    def shutdown(self) -> None:
+        self._stopped.set()
+        if self._engine is not None:
+            self._engine.shutdown()

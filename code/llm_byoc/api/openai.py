@@ -1,0 +1,215 @@
+"""OpenAI style: chat completions ({"messages": ...}) and completions ({"prompt": ...}).
+
+Responses are ``chat.completion`` / ``text_completion`` objects with ``usage``;
+with ``"stream": true`` they are ``*.chunk`` / ``text_completion`` events ending
+with ``data: [DONE]`` (plus a usage chunk first when
+``stream_options.include_usage`` is true). Chat prompts are rendered with the
+model's own chat template and tokenized here (special tokens come from the
+template, never added twice). As in the OpenAI API, temperature defaults to 1.0.
+Only ``n: 1`` is supported; ``prompt`` may be a string or a list of strings
+(one choice each).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from ..engine.outputs import GenerationResult, TokenEvent
+from ..errors import InvalidRequest
+from ..protocol import FinishReason, SamplingParams
+from .schemas import (
+    ResponseContext,
+    opt_bool,
+    opt_int,
+    opt_number,
+    opt_stop,
+    reject_unknown,
+    require_object,
+    str_or_str_list,
+)
+from .sse import DONE
+
+COMMON_FIELDS = (
+    "model", "max_tokens", "temperature", "top_p", "stop", "seed", "n", "stream",
+    "stream_options", "user",
+)
+CHAT_FIELDS = COMMON_FIELDS + ("messages", "max_completion_tokens")
+COMPLETION_FIELDS = COMMON_FIELDS + ("prompt",)
+MESSAGE_FIELDS = ("role", "content", "name")
+ROLES = ("system", "developer", "user", "assistant")
+
+
+@dataclass(frozen=True)
+class OpenAIInvocation:
+    prompts: list[str] | list[list[int]]
+    params: SamplingParams
+    stream: bool
+    chat: bool
+    model: str | None = None
+    include_usage: bool = False
+
+    @property
+    def object_name(self) -> str:
+        return "chat.completion" if self.chat else "text_completion"
+
+    def header(self, ctx: ResponseContext, chunk: bool) -> dict:
+        name = self.object_name + (".chunk" if chunk and self.chat else "")
+        prefix = "chatcmpl-" if self.chat else "cmpl-"
+        return {
+            "id": prefix + ctx.request_id,
+            "object": name,
+            "created": ctx.created,
+            "model": self.model or ctx.model_name,
+        }
+
+    def response(self, results: list[GenerationResult], ctx: ResponseContext) -> dict:
+        choices = []
+        for r in results:
+            choice: dict[str, Any] = {"index": r.index}
+            if self.chat:
+                choice["message"] = {"role": "assistant", "content": r.text}
+            else:
+                choice["text"] = r.text
+            choice.update(logprobs=None, finish_reason=finish_reason(r.finish_reason))
+            choices.append(choice)
+        prompt = sum(r.prompt_tokens for r in results)
+        completion = sum(r.completion_tokens for r in results)
+        return {**self.header(ctx, chunk=False), "choices": choices, "usage": usage(prompt, completion)}
+
+    def stream_writer(self, ctx: ResponseContext) -> "OpenAIStreamWriter":
+        return OpenAIStreamWriter(self, ctx)
+
+
+class OpenAIStreamWriter:
+    def __init__(self, invocation: OpenAIInvocation, ctx: ResponseContext):
+        self._inv = invocation
+        self._ctx = ctx
+        self._prompt_tokens: dict[int, int] = {}
+        self._completion_tokens: dict[int, int] = {}
+
+    def _chunk(self, index: int, content: dict | str, reason: str | None, **extra: Any) -> dict:
+        choice: dict[str, Any] = {"index": index}
+        if self._inv.chat:
+            choice["delta"] = content
+        else:
+            choice["text"] = content
+        choice.update(logprobs=None, finish_reason=reason)
+        return {**self._inv.header(self._ctx, chunk=True), "choices": [choice], **extra}
+
+    def start(self) -> Iterator[Any]:
+        if self._inv.chat:  # OpenAI opens a chat stream with the role
+            yield self._chunk(0, {"role": "assistant", "content": ""}, None)
+
+    def on_event(self, event: TokenEvent) -> Iterator[Any]:
+        self._prompt_tokens[event.index] = event.prompt_tokens
+        self._completion_tokens[event.index] = event.completion_tokens
+        reason = finish_reason(event.finish_reason) if event.finish_reason else None
+        if event.text or reason:
+            content = {"content": event.text} if self._inv.chat else event.text
+            if self._inv.chat and not event.text:
+                content = {}
+            yield self._chunk(event.index, content, reason)
+
+    def finish(self) -> Iterator[Any]:
+        if self._inv.include_usage:
+            prompt = sum(self._prompt_tokens.values())
+            completion = sum(self._completion_tokens.values())
+            yield {**self._inv.header(self._ctx, chunk=True), "choices": [], "usage": usage(prompt, completion)}
+        yield DONE
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+def finish_reason(reason: FinishReason) -> str:
+    return reason.value  # stop, length; abort/error only when the engine failed
+
+
+def parse_completion(body: dict) -> OpenAIInvocation:
+    reject_unknown(body, COMPLETION_FIELDS, "the request body")
+    prompts, _ = str_or_str_list(body["prompt"], "prompt")
+    return _invocation(body, prompts, chat=False, max_tokens=opt_int(body, "max_tokens", minimum=1))
+
+
+def parse_chat(body: dict, tokenizer: Any) -> OpenAIInvocation:
+    reject_unknown(body, CHAT_FIELDS, "the request body")
+    messages = _messages(body["messages"])
+    token_ids = render_chat(messages, tokenizer)
+    max_tokens = opt_int(body, "max_completion_tokens", minimum=1)
+    if max_tokens is None:
+        max_tokens = opt_int(body, "max_tokens", minimum=1)
+    return _invocation(body, [token_ids], chat=True, max_tokens=max_tokens)
+
+
+def render_chat(messages: list[dict], tokenizer: Any) -> list[int]:
+    if not getattr(tokenizer, "chat_template", None):
+        raise InvalidRequest('this model has no chat template; send {"prompt": ...} instead')
+    try:
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    except Exception as exc:  # jinja raises for conversations the template refuses
+        raise InvalidRequest(f"the chat template refused these messages: {exc}") from None
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def _messages(value: Any) -> list[dict]:
+    if not isinstance(value, list) or not value:
+        raise InvalidRequest("messages must be a non-empty array of {role, content} objects")
+    out = []
+    for i, message in enumerate(value):
+        message = require_object(message, f"messages[{i}]")
+        reject_unknown(message, MESSAGE_FIELDS, f"messages[{i}]")
+        role = message.get("role")
+        if role not in ROLES:
+            raise InvalidRequest(f"messages[{i}].role must be one of {', '.join(ROLES)}")
+        out.append({"role": role, "content": _content(message.get("content"), i)})
+    return out
+
+
+def _content(value: Any, i: int) -> str:
+    """A string, or an array of {"type": "text", "text": ...} parts (joined)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        texts = []
+        for part in value:
+            if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
+                raise InvalidRequest(f"messages[{i}].content parts must be text parts")
+            texts.append(part["text"])
+        return "".join(texts)
+    raise InvalidRequest(f"messages[{i}].content must be a string or an array of text parts")
+
+
+def _invocation(body: dict, prompts: list, chat: bool, max_tokens: int | None) -> OpenAIInvocation:
+    n = opt_int(body, "n", minimum=1)
+    if n not in (None, 1):
+        raise InvalidRequest("only n=1 is supported")
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise InvalidRequest("model must be a string")
+    if body.get("user") is not None and not isinstance(body.get("user"), str):
+        raise InvalidRequest("user must be a string")
+    raw_options = body.get("stream_options")
+    options = {} if raw_options is None else require_object(raw_options, "stream_options")
+    reject_unknown(options, ("include_usage",), "stream_options")
+    temperature = opt_number(body, "temperature")
+    params = SamplingParams(
+        max_new_tokens=SamplingParams.max_new_tokens if max_tokens is None else max_tokens,
+        temperature=1.0 if temperature is None else temperature,
+        top_p=1.0 if body.get("top_p") is None else opt_number(body, "top_p"),
+        stop=opt_stop(body),
+        seed=opt_int(body, "seed", minimum=0),
+    )
+    return OpenAIInvocation(
+        prompts=prompts,
+        params=params,
+        stream=bool(opt_bool(body, "stream")),
+        chat=chat,
+        model=model,
+        include_usage=bool(opt_bool(options, "include_usage")),
+    )

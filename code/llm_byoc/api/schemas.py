@@ -1,0 +1,165 @@
+"""Request schemas: which style a body speaks, and the field checks they share.
+
+Three styles arrive on ``POST /invocations``:
+  {"inputs": ...}    Hugging Face / TGI              -> tgi.py
+  {"messages": ...}  OpenAI chat completions         -> openai.py
+  {"prompt": ...}    OpenAI (legacy) completions     -> openai.py
+Each parser returns an ``Invocation``: the prompts and SamplingParams to submit,
+and how to write the results (one JSON body, or server-sent events).
+Unknown fields and wrong types are refused with a 400 naming the field.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping, Protocol, Sequence
+
+from ..engine.outputs import GenerationResult, TokenEvent
+from ..errors import InvalidRequest
+from ..protocol import SamplingParams
+
+
+@dataclass(frozen=True)
+class ResponseContext:
+    """What a response writer needs besides the results."""
+
+    request_id: str
+    model_name: str
+    tokenizer: Any = None  # HF tokenizer, for per-token text in TGI details
+    eos_token_ids: frozenset[int] = frozenset()
+    special_token_ids: frozenset[int] = frozenset()  # eos and the tokenizer's special tokens
+    created: int = field(default_factory=lambda: int(time.time()))
+
+
+class StreamWriter(Protocol):
+    """Turns token events into SSE payloads (dicts, or raw frames as bytes)."""
+
+    def start(self) -> Iterator[Any]: ...
+
+    def on_event(self, event: TokenEvent) -> Iterator[Any]: ...
+
+    def finish(self) -> Iterator[Any]: ...
+
+
+class Invocation(Protocol):
+    prompts: list[str] | list[list[int]]
+    params: SamplingParams
+    stream: bool
+
+    def response(self, results: list[GenerationResult], ctx: ResponseContext) -> Any: ...
+
+    def stream_writer(self, ctx: ResponseContext) -> StreamWriter: ...
+
+
+# --- field checks ---------------------------------------------------------------
+
+
+def require_object(value: Any, where: str) -> dict:
+    if not isinstance(value, dict):
+        raise InvalidRequest(f"{where} must be a JSON object, got {_json_type(value)}")
+    return value
+
+
+def reject_unknown(obj: Mapping[str, Any], allowed: Sequence[str], where: str) -> None:
+    unknown = sorted(set(obj) - set(allowed))
+    if unknown:
+        raise InvalidRequest(
+            f"unsupported field(s) in {where}: {', '.join(unknown)}; "
+            f"supported: {', '.join(sorted(allowed))}"
+        )
+
+
+def opt_int(obj: Mapping[str, Any], key: str, minimum: int | None = None) -> int | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidRequest(f"{key} must be an integer, got {_json_type(value)}")
+    if minimum is not None and value < minimum:
+        raise InvalidRequest(f"{key} must be >= {minimum}, got {value}")
+    return value
+
+
+def opt_number(obj: Mapping[str, Any], key: str) -> float | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidRequest(f"{key} must be a number, got {_json_type(value)}")
+    return float(value)
+
+
+def opt_bool(obj: Mapping[str, Any], key: str) -> bool | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, bool):
+        raise InvalidRequest(f"{key} must be true or false, got {_json_type(value)}")
+    return value
+
+
+def opt_stop(obj: Mapping[str, Any], key: str = "stop") -> tuple[str, ...]:
+    """A stop string or a list of them (OpenAI allows both; TGI a list)."""
+    value = obj.get(key)
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(s, str) and s for s in value):
+        raise InvalidRequest(f"{key} must be a non-empty string or a list of non-empty strings")
+    return tuple(value)
+
+
+def str_or_str_list(value: Any, key: str) -> tuple[list[str], bool]:
+    """Return (prompts, was_a_list). Every prompt must be a non-empty string."""
+    as_list = isinstance(value, list)
+    items = value if as_list else [value]
+    if not items:
+        raise InvalidRequest(f"{key} must not be an empty list")
+    for i, item in enumerate(items):
+        if not isinstance(item, str):
+            where = f"{key}[{i}]" if as_list else key
+            raise InvalidRequest(f"{where} must be a string, got {_json_type(item)}")
+        if not item:
+            raise InvalidRequest(f"{key} must not hold an empty string")
+    return list(items), as_list
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number" if math.isfinite(value) else "a non-finite number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+# --- dispatch -----------------------------------------------------------------------
+
+
+def parse_invocation(body: Any, tokenizer_of: Any) -> Invocation:
+    """Pick the schema from the body's keys. ``tokenizer_of()`` gives the
+    engine's tokenizer (only chat needs it: the model's chat template)."""
+    from . import openai, tgi  # the schema modules import the helpers above
+
+    body = require_object(body, "the request body")
+    styles = [key for key in ("inputs", "messages", "prompt") if key in body]
+    if len(styles) != 1:
+        raise InvalidRequest(
+            'the body must have exactly one of "inputs" (Hugging Face/TGI), '
+            '"messages" (OpenAI chat) or "prompt" (OpenAI completions)'
+        )
+    if styles[0] == "inputs":
+        return tgi.parse(body)
+    if styles[0] == "messages":
+        return openai.parse_chat(body, tokenizer_of())
+    return openai.parse_completion(body)

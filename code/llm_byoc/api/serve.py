@@ -1,0 +1,174 @@
+"""The container's ``serve``: start the engine process and gunicorn, supervise both.
+
+  serve                       (what ``docker run IMAGE serve`` runs)
+    ├─ python -m llm_byoc.engine.server     the one copy of the model
+    └─ gunicorn (gthread) llm_byoc.api.wsgi  HTTP workers, thin front ends
+
+SIGTERM or SIGINT: gunicorn stops accepting and lets in-flight streams finish
+within the graceful timeout, then the engine stops; exit 0. A child that dies
+on its own takes the container down with a non-zero exit, so SageMaker
+replaces it (as in sagemaker-inference-toolkit). In multi-model mode there is
+no engine process: one gunicorn worker owns the model cache.
+
+Children run in their own process group (a terminal's Ctrl-C reaches only
+``serve``, which shuts down in order) and get SIGTERM if ``serve`` itself dies.
+As PID 1 in a container, ``serve`` also reaps orphans the engine leaves behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from ..config import ServerConfig
+from .wsgi import LOG_FORMAT
+
+log = logging.getLogger("llm_byoc.serve")
+
+ENGINE_STOP_TIMEOUT_S = 20
+MIN_WORKER_HEARTBEAT_S = 30  # gthread heartbeat; requests are bounded by timeout_s in the app
+_PR_SET_PDEATHSIG = 1
+
+
+def gunicorn_command(config: ServerConfig) -> list[str]:
+    workers = 1 if config.multi_model else config.workers
+    return [
+        sys.executable, "-m", "gunicorn",
+        "--worker-class", "gthread",
+        "--workers", str(workers),
+        "--threads", str(config.threads),
+        "--worker-connections", str(max(1000, 2 * config.threads)),
+        "--bind", f"{config.host}:{config.port}",
+        "--timeout", str(max(config.timeout_s, MIN_WORKER_HEARTBEAT_S)),
+        "--graceful-timeout", str(config.graceful_timeout_s),
+        "--keep-alive", "5",
+        "--log-level", config.log_level,
+        "--error-logfile", "-",
+        *_optional_flags(),
+        "llm_byoc.api.wsgi:create_wsgi_app()",
+    ]
+
+
+def _optional_flags() -> list[str]:
+    """Flags only some gunicorn versions know."""
+    from gunicorn.config import KNOWN_SETTINGS
+
+    names = {setting.name for setting in KNOWN_SETTINGS}
+    # gunicorn >= 24 opens a control socket in $HOME by default; nothing here uses it.
+    return ["--no-control-socket"] if "control_socket_disable" in names else []
+
+
+def engine_command() -> list[str]:
+    return [sys.executable, "-m", "llm_byoc.engine.server"]
+
+
+def _die_with_parent() -> None:
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass  # not Linux: children then outlive a killed serve
+
+
+def _spawn(name: str, command: list[str]) -> subprocess.Popen:
+    log.info("starting %s: %s", name, " ".join(command))
+    return subprocess.Popen(command, process_group=0, preexec_fn=_die_with_parent)
+
+
+class Supervisor:
+    def __init__(self, config: ServerConfig):
+        self.config = config
+        self.children: dict[int, tuple[str, subprocess.Popen]] = {}
+        self.exit_codes: dict[str, int] = {}
+        self.stop_signal: int | None = None
+
+    def start(self) -> None:
+        if not self.config.multi_model:
+            self._add("engine", _spawn("engine", engine_command()))
+        self._add("gunicorn", _spawn("gunicorn", gunicorn_command(self.config)))
+
+    def _add(self, name: str, proc: subprocess.Popen) -> None:
+        self.children[proc.pid] = (name, proc)
+
+    def request_stop(self, signum: int, _frame=None) -> None:
+        if self.stop_signal is None:
+            log.info("received %s: shutting down", signal.Signals(signum).name)
+        self.stop_signal = signum
+
+    def reap(self) -> list[str]:
+        """Collect every exited child (ours and orphans); return our children's names."""
+        exited = []
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return exited
+            if pid == 0:
+                return exited
+            if pid in self.children:
+                name, proc = self.children.pop(pid)
+                proc.returncode = os.waitstatus_to_exitcode(status)
+                self.exit_codes[name] = proc.returncode
+                exited.append(name)
+
+    def run(self) -> int:
+        self.start()
+        while self.stop_signal is None:
+            died = self.reap()
+            if died:
+                for name in died:
+                    log.error("%s exited unexpectedly with code %s", name, self.exit_codes[name])
+                self.stop_all()
+                return 1
+            time.sleep(0.2)
+        clean = self.stop_all()
+        return 0 if clean else 1
+
+    def stop_all(self) -> bool:
+        """gunicorn first (it drains in-flight streams), then the engine."""
+        clean = True
+        for name, grace in (("gunicorn", self.config.graceful_timeout_s + 10), ("engine", ENGINE_STOP_TIMEOUT_S)):
+            clean &= self._stop(name, grace)
+        return clean
+
+    def _stop(self, name: str, grace_s: float) -> bool:
+        proc = next((p for n, p in self.children.values() if n == name), None)
+        if proc is None:
+            return True
+        proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while proc.pid in self.children and time.monotonic() < deadline:
+            self.reap()
+            time.sleep(0.1)
+        if proc.pid in self.children:
+            log.error("%s did not stop within %.0f s; killing it", name, grace_s)
+            proc.kill()
+            while proc.pid in self.children:
+                self.reap()
+                time.sleep(0.05)
+            return False
+        log.info("%s stopped (code %s)", name, self.exit_codes[name])
+        return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="serve", description=__doc__.split("\n")[0])
+    # SageMaker starts the container as `docker run IMAGE serve`; with `serve` as
+    # the ENTRYPOINT that arrives here as an argument.
+    parser.add_argument("command", nargs="?", choices=["serve"], help="optional, ignored")
+    parser.parse_args(argv)
+    config = ServerConfig.from_env()
+    logging.basicConfig(level=config.log_level.upper(), format=LOG_FORMAT)
+    supervisor = Supervisor(config)
+    signal.signal(signal.SIGTERM, supervisor.request_stop)
+    signal.signal(signal.SIGINT, supervisor.request_stop)
+    return supervisor.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

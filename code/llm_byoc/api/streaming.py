@@ -1,0 +1,58 @@
+"""The streaming response: token events -> SSE frames, written as they are made.
+
+The generator owns the request handle. Whatever ends it — the last token, an
+engine error, the request budget running out, or the client going away (the
+WSGI server closes the generator: GeneratorExit at the current ``yield``) —
+the sequences are aborted if they had not finished, so their batch slots and
+KV cache are freed at the next engine step. Once the 200 and the first bytes
+are out, an error can only be reported in-band, as a last event
+``{"error": ..., "type": ...}``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Iterator
+
+from ..errors import RequestTimeout, ServingError
+from .request_log import RequestLog
+from .schemas import StreamWriter
+from .sse import sse_event
+
+log = logging.getLogger(__name__)
+
+
+def stream_frames(handle: Any, writer: StreamWriter, timeout_s: float, request_log: RequestLog) -> Iterator[bytes]:
+    deadline = time.monotonic() + timeout_s
+    finished = False
+    status = "ok"
+    try:
+        yield from _frames(writer.start())
+        for event in handle.events(timeout_s=timeout_s):
+            request_log.on_token(event)
+            yield from _frames(writer.on_event(event))
+            if time.monotonic() > deadline and event.finish_reason is None:
+                raise RequestTimeout(f"the request ran past its {timeout_s:g} s budget")
+        finished = True
+        yield from _frames(writer.finish())
+    except GeneratorExit:
+        status = "client_disconnected"
+        raise
+    except ServingError as exc:
+        status = exc.error_type
+        log.warning("stream %s ended by %s: %s", request_log.request_id, exc.error_type, exc.message)
+        yield sse_event(exc.to_dict())
+    except Exception:
+        status = "internal_error"
+        log.exception("stream %s failed", request_log.request_id)
+        yield sse_event({"error": "internal server error", "type": "internal_error"})
+    finally:
+        if not finished:
+            handle.abort()
+        request_log.finish(200, stream_status=status)
+
+
+def _frames(payloads: Iterator[Any]) -> Iterator[bytes]:
+    for payload in payloads:
+        yield payload if isinstance(payload, bytes) else sse_event(payload)

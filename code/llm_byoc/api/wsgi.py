@@ -1,0 +1,33 @@
+"""gunicorn's entry: ``gunicorn 'llm_byoc.api.wsgi:create_wsgi_app()'``.
+
+gunicorn calls the factory in each worker after the fork, so the background
+thread that connects to the engine process is the worker's own. Settings are
+read from the environment here, once, at worker start.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from flask import Flask
+
+from ..config import MultiModelConfig, ServerConfig
+from .app import create_app, create_multi_model_app
+from .engine_link import EngineLink
+
+LOG_FORMAT = "%(asctime)s %(levelname)s [pid %(process)d] %(name)s: %(message)s"
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
+
+
+def create_wsgi_app() -> Flask:
+    config = ServerConfig.from_env()
+    configure_logging(config.log_level)
+    if config.multi_model:
+        return create_multi_model_app(config, MultiModelConfig.from_env())
+    from ..engine.llm_engine import LLMEngine  # the engine's front end; the model lives elsewhere
+
+    link = EngineLink(lambda: LLMEngine.connect(config.engine_socket), config.engine_socket).start()
+    return create_app(link, config)

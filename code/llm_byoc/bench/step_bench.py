@@ -1,0 +1,115 @@
+"""Micro-benchmark of the model worker's batched step (no engine, no HTTP).
+
+    python -m llm_byoc.bench.step_bench --threads 2 --batch 1 8 16 --prefill 256 512
+
+Reports the median time of a decode step at each batch size (every sequence
+decoding one token, ``--context`` tokens already cached) and of one prefill
+chunk of each length. Other processes on the machine add noise: use the
+median of several repeats and compare runs made under the same load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+
+import torch
+
+from ..config import EngineConfig
+from ..protocol import NewSequence, SamplingParams, ScheduledChunk, StepBatch
+from ..worker.runner import ModelRunner
+
+
+def _prompt(length: int, vocab: int, rng: random.Random) -> list[int]:
+    return [rng.randrange(3, min(vocab, 32000)) for _ in range(length)]
+
+
+def time_decode(runner: ModelRunner, batch: int, context: int, steps: int, step_id: int) -> list[float]:
+    """Prefill ``batch`` sequences to ``context`` tokens, then time ``steps`` decode steps."""
+    rng = random.Random(batch)
+    ids = [f"d{batch}-{i}" for i in range(batch)]
+    params = SamplingParams(max_new_tokens=steps + 1)
+    new = [NewSequence(seq_id, params) for seq_id in ids]
+    chunks = [ScheduledChunk(s, _prompt(context, runner.vocab_size, rng), 0, True) for s in ids]
+    out = runner.step(StepBatch(step_id, new, chunks))
+    last = {s.seq_id: s.token_id for s in out.samples}
+    times = []
+    for i in range(steps):
+        chunks = [ScheduledChunk(s, [last[s]], context + i, True) for s in ids]
+        started = time.perf_counter()
+        out = runner.step(StepBatch(step_id + 1 + i, [], chunks))
+        times.append(time.perf_counter() - started)
+        last = {s.seq_id: s.token_id for s in out.samples}
+    runner.step(StepBatch(step_id + steps + 1, [], [], ids))
+    return times
+
+
+def time_prefill(runner: ModelRunner, length: int, repeats: int, step_id: int) -> list[float]:
+    """One sequence's prompt of ``length`` tokens in one chunk, sampling its first token."""
+    rng = random.Random(length)
+    times = []
+    for r in range(repeats):
+        seq_id = f"p{length}-{r}"
+        chunk = ScheduledChunk(seq_id, _prompt(length, runner.vocab_size, rng), 0, True)
+        batch = StepBatch(step_id, [NewSequence(seq_id, SamplingParams())], [chunk])
+        started = time.perf_counter()
+        runner.step(batch)
+        times.append(time.perf_counter() - started)
+        runner.step(StepBatch(step_id + 1, [], [], [seq_id]))
+        step_id += 2
+    return times
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m llm_byoc.bench.step_bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default=None, help="model source (default: SmolLM2-135M-Instruct)")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
+    parser.add_argument("--batch", type=int, nargs="+", default=[1, 8, 16])
+    parser.add_argument("--context", type=int, default=32, help="cached tokens per sequence before decoding")
+    parser.add_argument("--steps", type=int, default=20, help="decode steps timed per batch size")
+    parser.add_argument("--prefill", type=int, nargs="*", default=[256, 512])
+    parser.add_argument("--repeats", type=int, default=3, help="prefill repeats")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model = args.model
+    if model is None:
+        from ..models.default_model import ensure_default_model
+
+        model = str(ensure_default_model())
+    slots = max(args.batch)
+    config = EngineConfig(model=model, dtype=args.dtype, device=args.device, max_num_seqs=slots)
+    runner = ModelRunner.from_config(config)
+    time_decode(runner, min(args.batch), args.context, 3, 0)  # warm-up
+    report = {"model": model, "threads": torch.get_num_threads(), "dtype": runner.info.dtype, "decode": {}, "prefill": {}}
+    for batch in args.batch:
+        times = time_decode(runner, batch, args.context, args.steps, 1000 * batch)
+        median = statistics.median(times)
+        report["decode"][batch] = {"median_ms": round(median * 1e3, 2), "tok_per_s": round(batch / median, 1)}
+    for length in args.prefill:
+        median = statistics.median(time_prefill(runner, length, args.repeats, 100_000 + length))
+        report["prefill"][length] = {"median_ms": round(median * 1e3, 1), "tok_per_s": round(length / median, 1)}
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    print(f"{model} ({report['dtype']}, {report['threads']} threads)")
+    for batch, row in report["decode"].items():
+        print(f"  decode batch {batch:>3}: {row['median_ms']:8.2f} ms/step  {row['tok_per_s']:8.1f} tok/s")
+    for length, row in report["prefill"].items():
+        print(f"  prefill {length:>5} tok: {row['median_ms']:8.1f} ms        {row['tok_per_s']:8.1f} tok/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

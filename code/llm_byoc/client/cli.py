@@ -1,0 +1,98 @@
+"""``python -m llm_byoc.client invoke|stream``: call an endpoint by hand.
+
+    python -m llm_byoc.client stream --endpoint llm-byoc-smollm2 --prompt "Hello"
+    python -m llm_byoc.client invoke --local http://localhost:8080 --chat --prompt "Hi"
+    python -m llm_byoc.client invoke --endpoint my-mme --target-model smollm2.tar.gz --prompt "Hi"
+    python -m llm_byoc.client invoke --endpoint EP --payload '{"inputs": "Hi"}'
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import TextIO
+
+from .endpoint_client import EndpointClient
+from .errors import EndpointError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m llm_byoc.client", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, help_text in (("invoke", "one JSON response"), ("stream", "print tokens as they arrive")):
+        p = sub.add_parser(name, help=help_text)
+        where = p.add_mutually_exclusive_group(required=True)
+        where.add_argument("--endpoint", help="SageMaker endpoint name")
+        where.add_argument("--local", metavar="URL", help="a container reached directly, e.g. http://localhost:8080")
+        p.add_argument("--region", help="AWS region (default: the AWS configuration)")
+        p.add_argument("--target-model", help="model inside a multi-model endpoint (e.g. smollm2.tar.gz)")
+        what = p.add_mutually_exclusive_group(required=True)
+        what.add_argument("--prompt", help="text prompt")
+        what.add_argument("--payload", help="a full JSON request body, or @file.json")
+        p.add_argument("--chat", action="store_true", help="send --prompt as OpenAI-style messages")
+        p.add_argument("--max-new-tokens", type=int, default=64)
+        p.add_argument("--temperature", type=float, default=None)
+        p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for bytes (default 120)")
+        if name == "stream":
+            p.add_argument("--raw", action="store_true", help="print each decoded event as a JSON line")
+    return parser
+
+
+def build_payload(args: argparse.Namespace) -> dict:
+    if args.payload:
+        text = args.payload
+        if text.startswith("@"):
+            with open(text[1:], encoding="utf-8") as handle:
+                text = handle.read()
+        payload = json.loads(text)
+        if not isinstance(payload, dict):
+            raise ValueError("--payload must be a JSON object")
+        return payload
+    sampling: dict = {}
+    if args.temperature is not None:
+        sampling["temperature"] = args.temperature
+    if args.chat:
+        messages = [{"role": "user", "content": args.prompt}]
+        return {"messages": messages, "max_tokens": args.max_new_tokens, **sampling}
+    return {"inputs": args.prompt, "parameters": {"max_new_tokens": args.max_new_tokens, **sampling}}
+
+
+def make_client(args: argparse.Namespace) -> EndpointClient:
+    if args.local:
+        return EndpointClient.local(args.local, timeout_s=args.timeout)
+    return EndpointClient.sagemaker(args.endpoint, region=args.region, timeout_s=args.timeout)
+
+
+def print_stream(client: EndpointClient, payload: dict, args: argparse.Namespace, out: TextIO) -> None:
+    current = 0
+    for event in client.stream(payload, target_model=args.target_model):
+        if args.raw:
+            print(json.dumps(event.raw, ensure_ascii=False), file=out, flush=True)
+            continue
+        if event.index != current:  # several prompts: label each switch of prompt
+            out.write(f"\n[{event.index}] ")
+            current = event.index
+        out.write(event.text)
+        out.flush()
+    if not args.raw:
+        out.write("\n")
+
+
+def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    args = build_parser().parse_args(argv)
+    try:
+        payload = build_payload(args)
+        client = make_client(args)
+        if args.command == "invoke":
+            result = client.invoke(payload, target_model=args.target_model)
+            print(json.dumps(result, indent=2, ensure_ascii=False), file=out)
+        else:
+            print_stream(client, payload, args, out)
+    except (EndpointError, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0

@@ -1,0 +1,94 @@
+"""``EndpointClient``: invoke or stream a SageMaker endpoint or a local container.
+
+    client = EndpointClient.sagemaker("llm-byoc-smollm2", region="us-east-1")
+    client = EndpointClient.local("http://localhost:8080")
+    client.invoke({"inputs": "Hello", "parameters": {"max_new_tokens": 32}})
+    for event in client.stream({"inputs": "Hello"}):
+        print(event.text, end="", flush=True)
+
+Both schemas (TGI ``inputs`` and OpenAI ``messages`` / ``prompt``) go through
+as given; ``stream`` sets ``"stream": true`` itself.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator
+
+import boto3
+import requests
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError
+
+from .errors import EndpointError
+from .events import DONE, StreamEvent, events_from_message
+from .sse import SSEDecoder
+from .transport import NO_CREDENTIALS, HttpTransport, SageMakerTransport, Transport
+
+
+class EndpointClient:
+    def __init__(self, transport: Transport):
+        self.transport = transport
+
+    @classmethod
+    def local(cls, base_url: str, session: requests.Session | None = None, timeout_s: float = 120.0) -> "EndpointClient":
+        return cls(HttpTransport(base_url, session=session, timeout_s=timeout_s))
+
+    @classmethod
+    def sagemaker(
+        cls,
+        endpoint_name: str,
+        region: str | None = None,
+        client: Any = None,
+        timeout_s: float = 120.0,
+    ) -> "EndpointClient":
+        """``client``: an injected boto3 "sagemaker-runtime" client (tests, custom retries)."""
+        if client is None:
+            client = _runtime_client(region, timeout_s)
+        return cls(SageMakerTransport(endpoint_name, client))
+
+    def invoke(self, payload: dict, target_model: str | None = None) -> Any:
+        raw = self.transport.invoke(_encode(payload), target_model)
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise EndpointError(f"the endpoint answered with non-JSON: {raw[:200]!r}") from None
+
+    def stream(self, payload: dict, target_model: str | None = None) -> Iterator[StreamEvent]:
+        """Token events as they arrive; ends at ``[DONE]`` or the end of the stream."""
+        decoder = SSEDecoder()
+        chunks = self.transport.stream(_encode({**payload, "stream": True}), target_model)
+        try:
+            for chunk in chunks:
+                for message in decoder.feed(chunk):
+                    if message.data == DONE:
+                        return
+                    yield from events_from_message(message)
+            for message in decoder.close():
+                if message.data == DONE:
+                    return
+                yield from events_from_message(message)
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()  # stops the transport (and frees its connection) when we stop early
+
+
+def _runtime_client(region: str | None, timeout_s: float) -> Any:
+    # A session of our own: no credentials cached in boto3's global default session.
+    session = boto3.session.Session(region_name=region)
+    if session.region_name is None:
+        raise EndpointError("no AWS region: pass a region (--region) or set AWS_REGION")
+    if session.get_credentials() is None:
+        raise EndpointError(NO_CREDENTIALS)
+    config = Config(read_timeout=timeout_s, connect_timeout=10)
+    try:
+        return session.client("sagemaker-runtime", config=config)
+    except BotoCoreError as exc:
+        raise EndpointError(str(exc)) from None
+
+
+def _encode(payload: dict) -> bytes:
+    if not isinstance(payload, dict):
+        raise TypeError(f"payload must be a dict, not {type(payload).__name__}")
+    return json.dumps(payload, ensure_ascii=False).encode("utf-8")

@@ -1,0 +1,147 @@
+"""How bytes reach an endpoint: SageMaker's runtime API, or plain HTTP.
+
+Both transports take a JSON body and give back either the whole response or
+the raw byte chunks of a stream as they arrive; ``EndpointClient`` does the
+decoding, so one decoder is tested against both.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Protocol
+from urllib.parse import quote
+
+import requests
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+from .errors import EndpointError, StreamError, error_from_body
+
+JSON = "application/json"
+EVENT_STREAM = "text/event-stream"
+TARGET_MODEL_HEADER = "X-Amzn-SageMaker-Target-Model"
+NO_CREDENTIALS = "no AWS credentials found: set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or run `aws configure`"
+
+
+class Transport(Protocol):
+    def invoke(self, body: bytes, target_model: str | None) -> bytes: ...
+
+    def stream(self, body: bytes, target_model: str | None) -> Iterator[bytes]: ...
+
+
+class SageMakerTransport:
+    """``invoke_endpoint`` and ``invoke_endpoint_with_response_stream``."""
+
+    def __init__(self, endpoint_name: str, runtime: Any):
+        self.endpoint_name = endpoint_name
+        self._runtime = runtime  # a boto3 "sagemaker-runtime" client
+
+    def invoke(self, body: bytes, target_model: str | None) -> bytes:
+        params = dict(EndpointName=self.endpoint_name, Body=body, ContentType=JSON, Accept=JSON)
+        if target_model:
+            params["TargetModel"] = target_model
+        try:
+            response = self._runtime.invoke_endpoint(**params)
+            return response["Body"].read()
+        except ClientError as exc:
+            raise _runtime_error(exc) from None
+        except BotoCoreError as exc:
+            raise _botocore_error(exc) from None
+
+    def stream(self, body: bytes, target_model: str | None) -> Iterator[bytes]:
+        if target_model:
+            raise EndpointError(
+                "SageMaker does not stream from multi-model endpoints "
+                "(InvokeEndpointWithResponseStream has no TargetModel); use invoke"
+            )
+        try:
+            response = self._runtime.invoke_endpoint_with_response_stream(
+                EndpointName=self.endpoint_name, Body=body, ContentType=JSON, Accept=EVENT_STREAM
+            )
+        except ClientError as exc:
+            raise _runtime_error(exc) from None
+        except BotoCoreError as exc:
+            raise _botocore_error(exc) from None
+        events = response["Body"]
+        try:
+            for event in events:
+                yield _payload_bytes(event)
+        except ClientError as exc:  # botocore's EventStreamError: an error event mid-stream
+            raise _runtime_error(exc) from None
+        except BotoCoreError as exc:
+            raise StreamError(str(exc)) from None
+        finally:
+            if hasattr(events, "close"):
+                events.close()  # a consumer that stops early frees the connection
+
+
+def _payload_bytes(event: dict) -> bytes:
+    if "PayloadPart" in event:
+        return event["PayloadPart"].get("Bytes", b"")
+    for kind in ("ModelStreamError", "InternalStreamFailure"):
+        if kind in event:
+            detail = event[kind]
+            raise StreamError(f"{kind}: {detail.get('Message', '')}", None, detail.get("ErrorCode") or kind)
+    raise StreamError(f"unexpected event in the response stream: {sorted(event)}")
+
+
+def _botocore_error(exc: BotoCoreError) -> EndpointError:
+    if isinstance(exc, NoCredentialsError):
+        return EndpointError(NO_CREDENTIALS)
+    return EndpointError(str(exc))
+
+
+def _runtime_error(exc: ClientError) -> EndpointError:
+    error = exc.response.get("Error", {})
+    code, message = error.get("Code", "ClientError"), error.get("Message", str(exc))
+    if code in ("ModelStreamError", "InternalStreamFailure"):
+        return StreamError(f"{code}: {message}", None, error.get("ErrorCode") or code)
+    if code == "ModelError":
+        status = exc.response.get("OriginalStatusCode")
+        original = exc.response.get("OriginalMessage") or message
+        return error_from_body(int(status) if status else None, original, message)
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return EndpointError(message, status, code)
+
+
+class HttpTransport:
+    """A container reached directly (``docker run -p 8080:8080 IMAGE serve``).
+
+    With a target model it calls the route SageMaker itself calls on a
+    multi-model container, ``POST /models/<name>/invoke``.
+    """
+
+    def __init__(self, base_url: str, session: requests.Session | None = None, timeout_s: float = 120.0):
+        self.base_url = base_url.rstrip("/")
+        self._session = session or requests.Session()
+        self._timeout = (10.0, timeout_s)  # (connect, read between bytes)
+
+    def _url(self, target_model: str | None) -> str:
+        if target_model:
+            return f"{self.base_url}/models/{quote(target_model, safe='')}/invoke"
+        return f"{self.base_url}/invocations"
+
+    def _post(self, body: bytes, target_model: str | None, accept: str, stream: bool) -> requests.Response:
+        headers = {"Content-Type": JSON, "Accept": accept}
+        if target_model:
+            headers[TARGET_MODEL_HEADER] = target_model
+        url = self._url(target_model)
+        try:
+            response = self._session.post(url, data=body, headers=headers, stream=stream, timeout=self._timeout)
+        except requests.RequestException as exc:
+            raise EndpointError(f"cannot reach {url}: {exc}") from None
+        if response.status_code >= 400:
+            content = response.content
+            response.close()
+            raise error_from_body(response.status_code, content, response.reason or "request failed")
+        return response
+
+    def invoke(self, body: bytes, target_model: str | None) -> bytes:
+        return self._post(body, target_model, JSON, stream=False).content
+
+    def stream(self, body: bytes, target_model: str | None) -> Iterator[bytes]:
+        response = self._post(body, target_model, EVENT_STREAM, stream=True)
+        try:
+            yield from response.iter_content(chunk_size=None)
+        except requests.RequestException as exc:
+            raise StreamError(f"the connection broke mid-stream: {exc}") from None
+        finally:
+            response.close()

@@ -1,0 +1,143 @@
+"""``python -m llm_byoc.deploy <command>``: from an image to a SageMaker endpoint and back.
+
+    ecr       create the ECR repository if missing; print the image URI
+    role      create the SageMaker execution role if missing; print its ARN
+    package   model folder or .gguf -> model.tar.gz on S3 (with progress)
+    create    dedicated endpoint (GPU, latency) or --multi-model (CPU, cost)
+    add-model upload another model.tar.gz under a multi-model endpoint's prefix
+    autoscale target tracking on invocations per instance (or --disable)
+    update    new image / model / instance through a new endpoint config
+    describe  status (and SageMaker's failure reason) of one endpoint
+    delete    endpoint, config, model and scaling target
+    list      endpoints in the region
+
+Every command takes --region, --profile and --dry-run (print each AWS call
+as JSON and make none).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TextIO
+
+from .errors import DeployError
+from .gateway import make_gateway
+
+
+def _common() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--region", help="AWS region (default: AWS_REGION / the AWS config)")
+    common.add_argument("--profile", help="AWS profile name")
+    common.add_argument("--dry-run", action="store_true", help="print every AWS call as JSON; make none")
+    return common
+
+
+def _engine_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("container settings (passed as environment variables)")
+    g.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="any variable; repeatable")
+    g.add_argument("--dtype", choices=("auto", "float32", "float16", "bfloat16"))
+    g.add_argument("--max-num-seqs", type=int, help="running batch size")
+    g.add_argument("--max-model-len", type=int, help="context length cap")
+    g.add_argument("--max-batched-tokens", type=int, help="tokens per engine step")
+    g.add_argument("--server-timeout", type=int, help="SAGEMAKER_MODEL_SERVER_TIMEOUT, seconds per request")
+    g.add_argument("--memory-budget", help="multi-model: memory for loaded models, e.g. 12GiB or 0.6")
+
+
+def _wait_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-wait", action="store_true", help="return once SageMaker accepted the request")
+    p.add_argument("--wait-timeout", type=float, default=3600.0, help="seconds to wait for InService")
+    p.add_argument("--poll", type=float, default=15.0, help="seconds between status checks")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m llm_byoc.deploy", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    common = [_common()]
+
+    p = sub.add_parser("ecr", parents=common, help="ECR repository and image URI")
+    p.add_argument("--repository", default="llm-byoc")
+    p.add_argument("--tag", default="latest")
+    p.add_argument("--login-password", action="store_true", help="print only a docker login password (12 h)")
+
+    p = sub.add_parser("role", parents=common, help="SageMaker execution role")
+    p.add_argument("--name", default="llm-byoc-sagemaker")
+    p.add_argument("--bucket", help="bucket the role may read models from (default: sagemaker-<region>-<account>)")
+
+    p = sub.add_parser("package", parents=common, help="model -> model.tar.gz on S3")
+    p.add_argument("model_path", help="Hugging Face model folder, or a .gguf file")
+    p.add_argument("--s3-uri", help="s3://bucket/key.tar.gz or s3://bucket/prefix/ (default: the SageMaker bucket)")
+    p.add_argument("--output", help="also keep the archive at this local path")
+
+    p = sub.add_parser("create", parents=common, help="create an endpoint")
+    p.add_argument("--name", required=True, help="endpoint name")
+    p.add_argument("--image", required=True, help="image URI in ECR (see the ecr command)")
+    p.add_argument("--role", required=True, help="execution role name or ARN (see the role command)")
+    data = p.add_mutually_exclusive_group()
+    data.add_argument("--model-data", help="s3://.../model.tar.gz, or the S3 prefix for --multi-model")
+    data.add_argument("--model-path", help="local model folder / .gguf: packaged and uploaded first")
+    p.add_argument("--s3-uri", help="with --model-path: where to upload (default: the SageMaker bucket)")
+    p.add_argument("--multi-model", action="store_true", help="Mode=MultiModel over an S3 prefix (cost-optimized)")
+    p.add_argument("--instance-type", help="default ml.g5.xlarge; ml.m5.xlarge with --multi-model")
+    p.add_argument("--instance-count", type=int, default=1)
+    p.add_argument("--startup-timeout", type=int, default=900, help="container health check timeout, 60..3600 s")
+    p.add_argument("--download-timeout", type=int, default=1200, help="model download timeout, 60..3600 s")
+    p.add_argument("--volume-size-gb", type=int, help="EBS volume (only instance types without NVMe storage)")
+    _engine_options(p)
+    _wait_options(p)
+
+    p = sub.add_parser("add-model", parents=common, help="add a model to a multi-model endpoint")
+    p.add_argument("model_path")
+    p.add_argument("--model-name", required=True, help="uploaded as <model-name>.tar.gz (the TargetModel)")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--endpoint", help="multi-model endpoint whose prefix to use")
+    where.add_argument("--s3-prefix", help="s3://bucket/prefix/ the endpoint serves from")
+
+    p = sub.add_parser("autoscale", parents=common, help="autoscaling on invocations per instance")
+    p.add_argument("--name", required=True)
+    p.add_argument("--min", type=int, default=1, dest="min_instances")
+    p.add_argument("--max", type=int, default=2, dest="max_instances")
+    p.add_argument("--target", type=float, default=60.0,
+                   help="invocations per instance per minute to hold (measure what one instance sustains)")
+    p.add_argument("--scale-in-cooldown", type=int, default=300)
+    p.add_argument("--scale-out-cooldown", type=int, default=60)
+    p.add_argument("--disable", action="store_true", help="deregister the scaling target instead")
+
+    p = sub.add_parser("update", parents=common, help="roll an endpoint to a new image / model / instance")
+    p.add_argument("--name", required=True)
+    p.add_argument("--image")
+    p.add_argument("--model-data")
+    p.add_argument("--instance-type")
+    p.add_argument("--instance-count", type=int)
+    p.add_argument("--keep-old", action="store_true", help="keep the previous model and endpoint config")
+    _engine_options(p)
+    _wait_options(p)
+
+    p = sub.add_parser("describe", parents=common, help="status of one endpoint")
+    p.add_argument("--name", required=True)
+
+    p = sub.add_parser("delete", parents=common, help="delete endpoint, config, model, scaling")
+    p.add_argument("--name", required=True)
+    p.add_argument("--keep-model", action="store_true")
+
+    p = sub.add_parser("list", parents=common, help="list endpoints")
+    p.add_argument("--name-contains")
+    return parser
+
+
+def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
+    from . import commands  # after parsing: --help stays fast
+
+    out = out or sys.stdout
+    args = build_parser().parse_args(argv)
+    try:
+        gateway = make_gateway(args.region, args.profile, args.dry_run, out=out)
+        return commands.run(args, gateway, out)
+    except DeployError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted: what SageMaker already started carries on (see `list`)", file=sys.stderr)
+        return 130
+

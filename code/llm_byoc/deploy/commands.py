@@ -1,0 +1,188 @@
+"""One handler per deploy command: parsed arguments in, exit status out.
+
+Results a script may capture (image URI, role ARN, S3 URI, endpoint name) go
+to stdout alone; progress and notes go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import TextIO
+
+from ..config import (
+    ENV_DTYPE,
+    ENV_MAX_BATCHED_TOKENS,
+    ENV_MAX_MODEL_LEN,
+    ENV_MAX_NUM_SEQS,
+    ENV_MEMORY_BUDGET,
+    ENV_SERVER_TIMEOUT,
+)
+from . import autoscale, ecr, endpoints, package, role
+from .errors import DeployError, EndpointFailed
+from .gateway import AwsGateway
+from .specs import DEFAULT_CPU_INSTANCE, DEFAULT_GPU_INSTANCE, EndpointSpec, timestamp
+from .waiter import describe_endpoint, wait_in_service
+
+_PLACEHOLDER_ROLE = "arn:aws:iam::000000000000:role/placeholder"
+_ENV_FLAGS = {
+    "dtype": ENV_DTYPE,
+    "max_num_seqs": ENV_MAX_NUM_SEQS,
+    "max_model_len": ENV_MAX_MODEL_LEN,
+    "max_batched_tokens": ENV_MAX_BATCHED_TOKENS,
+    "server_timeout": ENV_SERVER_TIMEOUT,
+    "memory_budget": ENV_MEMORY_BUDGET,
+}
+
+
+def environment(args: argparse.Namespace) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for item in args.env:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise DeployError(f"--env {item!r}: expected KEY=VALUE")
+        env[key] = value
+    for flag, name in _ENV_FLAGS.items():
+        if getattr(args, flag, None) is not None:
+            env[name] = str(getattr(args, flag))
+    return env
+
+
+def _waiter(args: argparse.Namespace):
+    if args.no_wait:
+        return None
+    return functools.partial(wait_in_service, timeout_s=args.wait_timeout, poll_s=args.poll, out=sys.stderr)
+
+
+def _package_and_upload(gateway: AwsGateway, model_path: str, s3_uri: str | None, output: str | None = None) -> str:
+    source = Path(model_path).expanduser()
+    if s3_uri is None:
+        name = source.resolve().name.removesuffix(".gguf") or "model"
+        s3_uri = f"s3://{package.default_bucket(gateway)}/llm-byoc/{name}/{package.ARCHIVE_NAME}"
+    with tempfile.TemporaryDirectory(prefix="llm-byoc-") as tmp:
+        archive = Path(output) if output else Path(tmp) / package.ARCHIVE_NAME
+        package.build_archive(source, archive)
+        return package.upload(gateway, archive, s3_uri)
+
+
+def cmd_ecr(args, gateway: AwsGateway, out: TextIO) -> int:
+    if args.login_password:
+        login = ecr.docker_login(gateway)
+        print(f"docker login --username {login.username} --password-stdin {login.registry}", file=sys.stderr)
+        print(login.password, file=out)
+        return 0
+    uri = ecr.ensure_repository(gateway, args.repository)
+    print(ecr.tagged(uri, args.tag), file=out)
+    return 0
+
+
+def cmd_role(args, gateway: AwsGateway, out: TextIO) -> int:
+    bucket = args.bucket or f"sagemaker-{gateway.region}-{gateway.account_id()}"
+    print(role.ensure_role(gateway, args.name, bucket), file=out)
+    return 0
+
+
+def cmd_package(args, gateway: AwsGateway, out: TextIO) -> int:
+    print(_package_and_upload(gateway, args.model_path, args.s3_uri, args.output), file=out)
+    return 0
+
+
+def cmd_create(args, gateway: AwsGateway, out: TextIO) -> int:
+    if args.multi_model and args.model_path:
+        raise DeployError("a multi-model endpoint serves an S3 prefix: pass --model-data s3://.../, then use add-model")
+    pending_data = "s3://pending/model.tar.gz" if args.model_path else args.model_data
+    spec = EndpointSpec(  # validated now, before any AWS call or upload
+        name=args.name, image=args.image, role_arn=args.role if args.role.startswith("arn:") else _PLACEHOLDER_ROLE,
+        model_data=pending_data, multi_model=args.multi_model,
+        instance_type=args.instance_type or (DEFAULT_CPU_INSTANCE if args.multi_model else DEFAULT_GPU_INSTANCE),
+        instance_count=args.instance_count, environment=environment(args),
+        startup_timeout_s=args.startup_timeout, download_timeout_s=args.download_timeout,
+        volume_size_gb=args.volume_size_gb,
+    )
+    role_arn = role.resolve_role(gateway, args.role)
+    model_data = _package_and_upload(gateway, args.model_path, args.s3_uri) if args.model_path else args.model_data
+    spec = dataclasses.replace(spec, role_arn=role_arn, model_data=model_data)
+    endpoints.create(gateway, spec, timestamp(), _waiter(args))
+    print(spec.name, file=out, flush=True)
+    return 0
+
+
+def cmd_add_model(args, gateway: AwsGateway, out: TextIO) -> int:
+    prefix = args.s3_prefix or endpoints.model_prefix(gateway, args.endpoint)
+    if not prefix.endswith("/"):
+        raise DeployError(f"S3 prefix {prefix!r} must end with /")
+    target = f"{args.model_name}.tar.gz"
+    uploaded = _package_and_upload(gateway, args.model_path, prefix + target)
+    print(f"uploaded {uploaded}; invoke it with --target-model {target} (first call loads it: a cold start)",
+          file=sys.stderr)
+    print(target, file=out)
+    return 0
+
+
+def cmd_autoscale(args, gateway: AwsGateway, out: TextIO) -> int:
+    parts = endpoints.read_parts(gateway, args.name)
+    if args.disable:
+        removed = autoscale.disable(gateway, args.name, parts.variant)
+        print("autoscaling removed" if removed else "no autoscaling was registered", file=sys.stderr)
+        return 0
+    autoscale.enable(gateway, args.name, parts.variant, args.min_instances, args.max_instances, args.target,
+                     args.scale_in_cooldown, args.scale_out_cooldown)
+    print(f"{args.name}: {args.min_instances}..{args.max_instances} instances, target {args.target:g} "
+          "invocations per instance per minute", file=sys.stderr)
+    return 0
+
+
+def cmd_update(args, gateway: AwsGateway, out: TextIO) -> int:
+    env = environment(args)
+    endpoints.update(gateway, args.name, timestamp(), _waiter(args), keep_old=args.keep_old,
+                     image=args.image, model_data=args.model_data, instance_type=args.instance_type,
+                     instance_count=args.instance_count, environment=env or None)
+    print(args.name, file=out)
+    return 0
+
+
+def cmd_describe(args, gateway: AwsGateway, out: TextIO) -> int:
+    d = describe_endpoint(gateway, args.name)
+    variants = d.get("ProductionVariants") or [{}]
+    summary = {
+        "EndpointName": d.get("EndpointName", args.name),
+        "EndpointStatus": d.get("EndpointStatus"),
+        "EndpointConfigName": d.get("EndpointConfigName"),
+        "CurrentInstanceCount": variants[0].get("CurrentInstanceCount"),
+        "FailureReason": d.get("FailureReason"),
+        "CreationTime": d.get("CreationTime"),
+    }
+    print(json.dumps(summary, indent=2, default=str), file=out)
+    if d.get("EndpointStatus") in ("Failed", "UpdateRollbackFailed"):
+        raise EndpointFailed(args.name, d["EndpointStatus"], d.get("FailureReason"))
+    return 0
+
+
+def cmd_delete(args, gateway: AwsGateway, out: TextIO) -> int:
+    endpoints.delete(gateway, args.name, keep_model=args.keep_model)
+    return 0
+
+
+def cmd_list(args, gateway: AwsGateway, out: TextIO) -> int:
+    found = endpoints.list_endpoints(gateway, args.name_contains)
+    for e in found:
+        print(f"{e['EndpointName']:<50} {e['EndpointStatus']:<14} {e.get('CreationTime', '')}", file=out)
+    if not found and not gateway.dry_run:
+        print(f"no endpoints in {gateway.region}", file=sys.stderr)
+    return 0
+
+
+HANDLERS = {
+    "ecr": cmd_ecr, "role": cmd_role, "package": cmd_package, "create": cmd_create, "add-model": cmd_add_model,
+    "autoscale": cmd_autoscale, "update": cmd_update, "describe": cmd_describe, "delete": cmd_delete,
+    "list": cmd_list,
+}
+
+
+def run(args: argparse.Namespace, gateway: AwsGateway, out: TextIO) -> int:
+    return HANDLERS[args.command](args, gateway, out)

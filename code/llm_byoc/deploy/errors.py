@@ -1,0 +1,29 @@
+"""What can go wrong while deploying, each said in one line.
+
+These are command-line failures (no HTTP status), so they stand apart from
+``llm_byoc.errors.ServingError``, which describes answers of the container.
+"""
+
+from __future__ import annotations
+
+
+class DeployError(Exception):
+    """A failure the deploy command reports as one line and a non-zero exit."""
+
+
+class AwsCallError(DeployError):
+    """An AWS API call that AWS refused (botocore ClientError, simplified)."""
+
+    def __init__(self, service: str, operation: str, code: str, message: str):
+        super().__init__(f"{service}.{operation} failed: {code}: {message}")
+        self.service, self.operation, self.code, self.aws_message = service, operation, code, message
+
+
+class EndpointNotFound(DeployError):
+    def __init__(self, name: str, region: str):
+        super().__init__(f"endpoint {name!r} does not exist in {region} (see: python -m llm_byoc.deploy list)")
+
+
+class EndpointFailed(DeployError):
+    def __init__(self, name: str, status: str, reason: str | None):
+        super().__init__(f"endpoint {name!r} is {status}: {reason or 'SageMaker gave no reason'}")

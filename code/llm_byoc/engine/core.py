@@ -1,0 +1,187 @@
+"""The engine core: scheduler + model worker + the step loop thread.
+
+``step()`` is three calls: ``scheduler.schedule()``, ``worker.execute(batch)``,
+``scheduler.postprocess(output)``. The loop sleeps on a condition while there is
+nothing to do. Outputs (token updates, rejections) go to one callback, called
+with the core's lock held so that a sequence's outputs keep their order; the
+callback must only hand them on (put them on a queue), never block.
+
+Errors are kept apart: a bad or unlucky request is refused with a typed error
+(SequenceRejected) while the others keep running; a dead worker fails every
+sequence with EngineDead and the core stays DEAD.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable
+
+from ..config import EngineConfig
+from ..errors import EngineDead, EngineNotReady, ServingError
+from ..executor import StepFailed, WorkerProcess
+from ..protocol import (
+    AddSequence,
+    EngineOutputs,
+    EngineState,
+    HealthReport,
+    SequenceRejected,
+)
+from .scheduler import Scheduler, SchedulerLimits
+
+log = logging.getLogger(__name__)
+
+OutputCallback = Callable[[EngineOutputs], None]
+
+
+class EngineCore:
+    def __init__(self, config: EngineConfig, on_outputs: OutputCallback, worker_target=None):
+        """``worker_target`` replaces the real model worker entry (tests use a fake)."""
+        self.config = config
+        self._worker = WorkerProcess(config, worker_target, on_dead=self._on_worker_dead)
+        self._on_outputs = on_outputs
+        self._cond = threading.Condition()
+        self._scheduler: Scheduler | None = None  # created once the model is loaded
+        self._dead_detail: str | None = None
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="engine-step-loop", daemon=True)
+
+    def start(self) -> None:
+        """Start the worker (it loads in the background) and the step loop."""
+        self._worker.start()
+        self._thread.start()
+
+    # --- requests ----------------------------------------------------------------
+
+    def add(self, request: AddSequence) -> None:
+        """Queue a sequence; raises InvalidRequest, QueueFull, EngineNotReady or EngineDead."""
+        with self._cond:
+            self._raise_unless_ready()
+            self._scheduler.add(request)
+            self._cond.notify()
+
+    def abort(self, seq_id: str) -> None:
+        """Idempotent; the sequence's final update (ABORT) goes to the callback."""
+        with self._cond:
+            if self._scheduler is None:
+                return
+            update = self._scheduler.abort(seq_id)
+            if update is not None:
+                self._on_outputs(EngineOutputs(updates=[update]))
+
+    def health(self) -> HealthReport:
+        with self._cond:
+            state = self.state
+            detail = self._dead_detail or self._worker.detail
+            sched = self._scheduler
+            return HealthReport(
+                state=state,
+                detail=detail if state is not EngineState.READY else "ready",
+                info=self._worker.info,
+                num_waiting=sched.num_waiting if sched else 0,
+                num_running=sched.num_running if sched else 0,
+            )
+
+    @property
+    def state(self) -> EngineState:
+        if self._dead_detail is not None:
+            return EngineState.DEAD
+        if self._worker.state is EngineState.READY and self._scheduler is None:
+            return EngineState.LOADING  # the loop is about to build the scheduler
+        return self._worker.state
+
+    def wait_ready(self, timeout_s: float | None = None) -> None:
+        with self._cond:
+            if not self._cond.wait_for(lambda: self.state is not EngineState.LOADING, timeout_s):
+                raise EngineNotReady(f"the model is still loading after {timeout_s} s")
+            self._raise_unless_ready()
+
+    def _raise_unless_ready(self) -> None:
+        state = self.state
+        if state is EngineState.DEAD:
+            raise EngineDead(self._dead_detail or self._worker.detail)
+        if state is EngineState.LOADING:
+            raise EngineNotReady("the model is still loading")
+
+    # --- the step loop --------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            info = self._worker.wait_ready()
+        except ServingError as exc:
+            self._on_worker_dead(exc.message)
+            return
+        with self._cond:
+            self._scheduler = Scheduler(SchedulerLimits.from_config(self.config, info))
+            self._cond.notify_all()
+        log.info("engine ready: %s (%s, %s)", info.model_path, info.device, info.dtype)
+        while self._wait_for_work():
+            try:
+                self.step()
+            except EngineDead as exc:
+                self._on_worker_dead(exc.message)
+                return
+            except Exception:  # a bug here must not leave requests hanging forever
+                log.exception("the step loop failed")
+                self._on_worker_dead("internal error in the engine step loop")
+                return
+
+    def _wait_for_work(self) -> bool:
+        with self._cond:
+            self._cond.wait_for(
+                lambda: self._stopping or self._dead_detail is not None or self._scheduler.has_work()
+            )
+            return not self._stopping and self._dead_detail is None
+
+    def step(self) -> None:
+        """One batched step: schedule -> execute -> postprocess."""
+        with self._cond:
+            batch = self._scheduler.schedule()
+        if batch is None:
+            return
+        try:
+            output = self._worker.execute(batch)
+        except StepFailed as exc:
+            self._fail_step([c.seq_id for c in batch.chunks], exc)
+            return
+        with self._cond:
+            updates = self._scheduler.postprocess(output)
+            if updates:
+                self._on_outputs(EngineOutputs(updates=updates))
+
+    def _fail_step(self, seq_ids: list[str], exc: StepFailed) -> None:
+        """The worker survived but this step failed: fail its sequences, keep the rest."""
+        log.error("step failed for %d sequences: %s: %s", len(seq_ids), exc.error_type, exc.message)
+        with self._cond:
+            self._scheduler.fail(seq_ids)
+            rejected = [SequenceRejected(s, exc.error_type, exc.message) for s in seq_ids]
+            self._on_outputs(EngineOutputs(rejected=rejected))
+
+    def _on_worker_dead(self, detail: str) -> None:
+        with self._cond:
+            if self._dead_detail is not None or self._stopping:
+                return
+            self._dead_detail = detail
+            ids = self._scheduler.finish_all() if self._scheduler else []
+            if ids:
+                message = f"the engine died: {detail}"
+                rejected = [SequenceRejected(s, EngineDead.error_type, message) for s in ids]
+                self._on_outputs(EngineOutputs(rejected=rejected))
+            self._cond.notify_all()
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        """Stop the loop, abort what is left, and stop the worker."""
+        with self._cond:
+            self._stopping = True
+            ids = self._scheduler.finish_all() if self._scheduler else []
+            if ids:
+                rejected = [SequenceRejected(s, EngineDead.error_type, "the engine is shutting down") for s in ids]
+                self._on_outputs(EngineOutputs(rejected=rejected))
+            self._cond.notify_all()
+        self._worker.shutdown(timeout_s)
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+        with self._cond:
+            self._dead_detail = self._dead_detail or "the engine is shut down"
+            self._cond.notify_all()
+

@@ -1,0 +1,179 @@
+"""The front API of the engine: submit prompts, stream tokens, abort.
+
+``LLMEngine.start(config)`` runs the engine core in this process (a step loop
+thread + the model worker process); ``LLMEngine.connect(socket_path)`` talks to
+an engine server process (``python -m llm_byoc.engine.server``). Both look the
+same to callers. The front end tokenizes, maps prompt i of a request to
+sequence ``{request_id}-{i}``, routes the core's outputs to per-request
+queues, detokenizes and applies stop strings. It is thread-safe: many HTTP
+threads submit and stream at once.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Any
+
+from ..config import EngineConfig
+from ..errors import EngineDead, EngineNotReady, InvalidRequest, ServingError
+from ..protocol import (
+    AddSequence,
+    EngineOutputs,
+    EngineState,
+    HealthReport,
+    ModelInfo,
+    SamplingParams,
+)
+from .core_client import CoreClient, InProcessCore
+from .outputs import GenerationResult
+from .request import PromptStream, RequestHandle
+
+__all__ = ["LLMEngine", "RequestHandle"]
+
+Prompts = list[str] | list[list[int]]
+
+
+class LLMEngine:
+    def __init__(self, make_core, tokenizer: Any = None, trust_remote_code: bool = False):
+        """Use ``start`` or ``connect``. ``make_core(on_outputs)`` builds the CoreClient."""
+        self._routes: dict[str, RequestHandle] = {}
+        self._routes_lock = threading.Lock()
+        self._tokenizer = tokenizer
+        self._tokenizer_lock = threading.Lock()
+        self._trust_remote_code = trust_remote_code
+        self._info: ModelInfo | None = None
+        self._core: CoreClient = make_core(self._route)
+
+    @classmethod
+    def start(cls, config: EngineConfig, worker_target=None, tokenizer: Any = None) -> "LLMEngine":
+        """An in-process engine core; returns at once while the model loads."""
+        engine = cls(lambda on_outputs: InProcessCore(config, on_outputs, worker_target),
+                     tokenizer, config.trust_remote_code)
+        engine._core.start()
+        return engine
+
+    @classmethod
+    def connect(cls, socket_path: str, timeout_s: float = 30.0, tokenizer: Any = None,
+                trust_remote_code: bool = False) -> "LLMEngine":
+        """The front end of an engine server; waits up to ``timeout_s`` for its socket."""
+        from .client import SocketCoreClient
+
+        return cls(lambda on_outputs: SocketCoreClient(socket_path, on_outputs, timeout_s),
+                   tokenizer, trust_remote_code)
+
+    # --- state -------------------------------------------------------------------
+
+    def wait_ready(self, timeout_s: float | None = None) -> None:
+        """Block until the model is loaded; raises EngineDead or EngineNotReady."""
+        self._core.wait_ready(timeout_s)
+        self._load_tokenizer()
+
+    def health(self) -> HealthReport:
+        return self._core.health()
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._load_tokenizer()
+
+    @property
+    def max_model_len(self) -> int:
+        return self._ready_info().max_model_len
+
+    def _ready_info(self) -> ModelInfo:
+        """The loaded model's info (cached: it never changes); raises when not ready."""
+        if self._info is None:
+            report = self._core.health()
+            if report.state is EngineState.DEAD:
+                raise EngineDead(report.detail or "the engine is dead")
+            if report.state is not EngineState.READY or report.info is None:
+                raise EngineNotReady(report.detail or "the model is still loading")
+            self._info = report.info
+        return self._info
+
+    def _load_tokenizer(self) -> Any:
+        with self._tokenizer_lock:
+            if self._tokenizer is None:
+                from ..models.loader import load_tokenizer
+
+                path = self._ready_info().model_path
+                self._tokenizer = load_tokenizer(path, trust_remote_code=self._trust_remote_code)
+            return self._tokenizer
+
+    # --- requests ----------------------------------------------------------------
+
+    def submit(self, prompts: Prompts, params: SamplingParams, request_id: str | None = None) -> RequestHandle:
+        """Queue every prompt of a request; raises InvalidRequest, QueueFull,
+        EngineNotReady or EngineDead (then nothing of the request stays queued)."""
+        info = self._ready_info()
+        tokenizer = self._load_tokenizer()
+        prompt_ids = [self._prompt_ids(p, tokenizer, info.max_model_len) for p in _as_prompt_list(prompts)]
+        request_id = request_id or uuid.uuid4().hex
+        streams = [
+            PromptStream(i, f"{request_id}-{i}", ids, tokenizer, params) for i, ids in enumerate(prompt_ids)
+        ]
+        handle = RequestHandle(request_id, streams, self._release)
+        with self._routes_lock:
+            if any(s.seq_id in self._routes for s in streams):
+                raise InvalidRequest(f"request id {request_id!r} is already in use")
+            self._routes.update({s.seq_id: handle for s in streams})
+        adds = [AddSequence(s.seq_id, ids, params) for s, ids in zip(streams, prompt_ids)]
+        try:
+            self._core.add(adds)
+        except BaseException:
+            self._release(handle.seq_ids)
+            raise
+        return handle
+
+    def generate(self, prompts: Prompts, params: SamplingParams, timeout_s: float | None = None) -> list[GenerationResult]:
+        return self.submit(prompts, params).result(timeout_s)
+
+    @staticmethod
+    def _prompt_ids(prompt: Any, tokenizer: Any, max_model_len: int) -> list[int]:
+        if isinstance(prompt, str):
+            ids = list(tokenizer.encode(prompt))
+        elif isinstance(prompt, (list, tuple)) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            ids = list(prompt)
+        else:
+            raise InvalidRequest("each prompt must be a string or a list of token ids")
+        if not ids:
+            raise InvalidRequest("a prompt is empty")
+        if len(ids) + 1 > max_model_len:
+            raise InvalidRequest(
+                f"a prompt has {len(ids)} tokens; the context window is {max_model_len} tokens "
+                "(prompt + at least 1 new token)"
+            )
+        return ids
+
+    def _route(self, outputs: EngineOutputs) -> None:
+        """Core outputs -> the handles that own the sequences (must not block)."""
+        with self._routes_lock:
+            for update in outputs.updates:
+                handle = self._routes.get(update.seq_id)
+                if update.finish_reason is not None:
+                    self._routes.pop(update.seq_id, None)
+                if handle is not None:
+                    handle.deliver(update)
+            for rejected in outputs.rejected:
+                handle = self._routes.pop(rejected.seq_id, None)
+                if handle is not None:
+                    handle.deliver(rejected)
+
+    def _release(self, seq_ids: list[str]) -> None:
+        """Stop routing these sequences and abort them in the core (idempotent)."""
+        with self._routes_lock:
+            live = [s for s in seq_ids if self._routes.pop(s, None) is not None]
+        if live:
+            try:
+                self._core.abort(live)
+            except ServingError:
+                pass  # the engine is gone: nothing left to abort
+
+    def shutdown(self) -> None:
+        self._core.shutdown()
+
+
+def _as_prompt_list(prompts: Any) -> list:
+    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, (list, tuple)) or not prompts:
+        raise InvalidRequest("prompts must be a non-empty list of strings or of token id lists")
+    return list(prompts)

@@ -1,0 +1,217 @@
+"""Prometheus metrics of the serving container, exposed at ``GET /metrics``.
+
+The HTTP layer calls the module functions (``observe_ttft``, ...); they
+write to one process-wide ``ServingMetrics`` with its own registry, never
+prometheus_client's global one, so tests can build isolated instances.
+
+Under gunicorn with several workers, set ``PROMETHEUS_MULTIPROC_DIR`` to an
+empty folder *before* Python starts (prometheus_client reads it at import)
+and call ``mark_process_dead(pid)`` from gunicorn's ``child_exit`` hook;
+``/metrics`` then adds up every worker's values.
+
+Names follow Prometheus conventions (seconds, ``_total`` counters) with the
+``llm_byoc_`` prefix; label values are bounded (route rules, not raw paths).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess, values
+from prometheus_client import CONTENT_TYPE_LATEST
+
+log = logging.getLogger(__name__)
+
+# Read by prometheus_client itself; named here for the gunicorn config and docs.
+ENV_PROMETHEUS_MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
+PREFIX = "llm_byoc"
+
+# LLM latencies span milliseconds (one decode step) to minutes (long outputs).
+TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)
+ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5)
+E2E_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 60.0, 120.0, 300.0, 600.0)
+REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+LOAD_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+CACHE_EVENTS = ("hit", "miss", "eviction")
+
+
+def multiprocess_mode() -> bool:
+    """True when values go to PROMETHEUS_MULTIPROC_DIR files (decided at import)."""
+    return values.ValueClass is not values.MutexValue
+
+
+class ServingMetrics:
+    """Every metric the container exports, in one registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(f"{PREFIX}_requests", "HTTP requests by route and status", ["route", "status"], registry=r)
+        self.request_seconds = Histogram(
+            f"{PREFIX}_request_duration_seconds", "HTTP request time, to the end of the body (streams included)",
+            ["route"], buckets=REQUEST_BUCKETS, registry=r,
+        )
+        self.ttft = Histogram(f"{PREFIX}_time_to_first_token_seconds", "Time to first token", buckets=TTFT_BUCKETS, registry=r)
+        self.itl = Histogram(f"{PREFIX}_inter_token_latency_seconds", "Time between consecutive tokens of a sequence", buckets=ITL_BUCKETS, registry=r)
+        self.e2e = Histogram(f"{PREFIX}_e2e_request_latency_seconds", "Generation request time, arrival to last token", buckets=E2E_BUCKETS, registry=r)
+        self.tokens = Counter(f"{PREFIX}_generated_tokens", "Output tokens generated", registry=r)
+        self.prompt_tokens = Counter(f"{PREFIX}_prompt_tokens", "Prompt tokens processed", registry=r)
+        self.waiting = Gauge(f"{PREFIX}_num_requests_waiting", "Sequences queued, not yet running", registry=r, multiprocess_mode="mostrecent")
+        self.running = Gauge(f"{PREFIX}_num_requests_running", "Sequences in the running batch", registry=r, multiprocess_mode="mostrecent")
+        self.kv_cache = Gauge(f"{PREFIX}_kv_cache_usage_ratio", "Fraction of KV cache slots in use (0..1)", registry=r, multiprocess_mode="mostrecent")
+        self.model_load = Histogram(f"{PREFIX}_model_load_seconds", "Model load time", ["model"], buckets=LOAD_BUCKETS, registry=r)
+        self.cache_hits = Counter(f"{PREFIX}_model_cache_hits", "Multi-model: requests for a model already loaded", registry=r)
+        self.cache_misses = Counter(f"{PREFIX}_model_cache_misses", "Multi-model: requests that had to load their model", registry=r)
+        self.cache_evictions = Counter(f"{PREFIX}_model_cache_evictions", "Multi-model: models unloaded to make room", registry=r)
+        self.models_loaded = Gauge(f"{PREFIX}_models_loaded", "Multi-model: models in memory", registry=r, multiprocess_mode="mostrecent")
+
+    def observe_request(self, route: str, status: int | str, seconds: float) -> None:
+        self.requests.labels(route=route, status=str(status)).inc()
+        self.request_seconds.labels(route=route).observe(seconds)
+
+    def cache_counter(self, kind: str) -> Counter:
+        counters = {"hit": self.cache_hits, "miss": self.cache_misses, "eviction": self.cache_evictions}
+        if kind not in counters:
+            raise ValueError(f"cache event must be one of {CACHE_EVENTS}, not {kind!r}")
+        return counters[kind]
+
+    def render(self) -> tuple[bytes, str]:
+        """(Prometheus text, content type) of every metric, all workers added up."""
+        if multiprocess_mode():
+            merged = CollectorRegistry()
+            multiprocess.MultiProcessCollector(merged)
+            return generate_latest(merged), CONTENT_TYPE_LATEST
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+_default: ServingMetrics | None = None
+_default_lock = threading.Lock()
+
+
+def get_metrics() -> ServingMetrics:
+    """The process-wide metrics (made on first use, not at import)."""
+    global _default
+    if _default is None:
+        with _default_lock:
+            if _default is None:
+                _default = ServingMetrics()
+    return _default
+
+
+# --- what the serving code calls ------------------------------------------
+
+
+def observe_request(route: str, status: int, seconds: float) -> None:
+    """One HTTP request: ``route`` is the URL rule (``/models/<name>/invoke``), not the raw path."""
+    get_metrics().observe_request(route, status, seconds)
+
+
+def observe_ttft(seconds: float) -> None:
+    get_metrics().ttft.observe(seconds)
+
+
+def observe_inter_token(seconds: float) -> None:
+    get_metrics().itl.observe(seconds)
+
+
+def observe_e2e(seconds: float) -> None:
+    get_metrics().e2e.observe(seconds)
+
+
+def add_generated_tokens(count: int) -> None:
+    if count > 0:
+        get_metrics().tokens.inc(count)
+
+
+def add_prompt_tokens(count: int) -> None:
+    if count > 0:
+        get_metrics().prompt_tokens.inc(count)
+
+
+def set_queue(waiting: int, running: int) -> None:
+    m = get_metrics()
+    m.waiting.set(waiting)
+    m.running.set(running)
+
+
+def set_kv_cache_usage(fraction: float) -> None:
+    get_metrics().kv_cache.set(min(max(fraction, 0.0), 1.0))
+
+
+def observe_model_load(model: str, seconds: float) -> None:
+    get_metrics().model_load.labels(model=model).observe(seconds)
+
+
+def mme_cache_event(kind: str, count: int = 1) -> None:
+    """Multi-model cache: ``kind`` is "hit", "miss" or "eviction"."""
+    get_metrics().cache_counter(kind).inc(count)
+
+
+def set_models_loaded(count: int) -> None:
+    get_metrics().models_loaded.set(count)
+
+
+def render() -> tuple[bytes, str]:
+    return get_metrics().render()
+
+
+def mark_process_dead(pid: int) -> None:
+    """gunicorn ``child_exit`` hook: drop a dead worker's live gauges."""
+    if os.environ.get(ENV_PROMETHEUS_MULTIPROC_DIR):
+        multiprocess.mark_process_dead(pid)
+
+
+def register_metrics_route(
+    app,
+    refresh: Callable[[], None] | None = None,
+    metrics: ServingMetrics | None = None,
+    instrument: bool = True,
+) -> None:
+    """Add ``GET /metrics`` to a Flask app.
+
+    ``refresh`` runs before each scrape: the place to copy engine gauges
+    (``set_queue(h.num_waiting, h.num_running)`` from ``engine.health()``), so
+    they are read when asked for, not pushed on every step. With
+    ``instrument``, every other request is counted by URL rule and status and
+    timed to the end of its body: ``call_on_close`` fires after the last SSE
+    event, not when the headers go out.
+    """
+    from flask import Response
+
+    def current() -> ServingMetrics:
+        return metrics if metrics is not None else get_metrics()
+
+    @app.get("/metrics")
+    def prometheus_metrics():
+        if refresh is not None:
+            try:
+                refresh()
+            except Exception:  # a sick engine must not take the metrics down with it
+                log.warning("metrics refresh failed", exc_info=True)
+        body, content_type = current().render()
+        return Response(body, content_type=content_type)
+
+    if instrument:
+        _instrument_requests(app, current)
+
+
+def _instrument_requests(app, current: Callable[[], ServingMetrics]) -> None:
+    from flask import g, request
+
+    @app.before_request
+    def _start_clock() -> None:
+        g.llm_byoc_request_start = time.perf_counter()
+
+    @app.after_request
+    def _count_request(response):
+        start = g.get("llm_byoc_request_start")
+        route = request.url_rule.rule if request.url_rule is not None else "<unmatched>"
+        if start is None or route == "/metrics":
+            return response
+        status = str(response.status_code)
+        response.call_on_close(lambda: current().observe_request(route, status, time.perf_counter() - start))
+        return response

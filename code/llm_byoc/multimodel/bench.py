@@ -1,0 +1,169 @@
+"""Multi-model figures: cold start and warm invoke overhead against a raw in-process model.
+
+    python -m llm_byoc.multimodel.bench [--repo DIR] [--runs 3] [--requests 200] [--llm] [--json OUT]
+
+Cold start: ``POST /models`` + the first invoke, through the Flask routes (a
+fresh worker process each run), against a raw load of the same model with the
+same handler + one call in a fresh spawned Python process (what a
+single-model container does at start-up). Both include starting Python and
+importing the framework; the raw run's own load+call time (imports included,
+interpreter start excluded) is reported too.
+
+Warm overhead: median latency of an invoke through the routes (Flask, the
+manager, the worker pipe) minus the median of the same call on a handler
+loaded in this process. Medians over ``--runs`` / ``--requests``; the machine
+is shared, so run it when it is quiet and read the spread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import logging
+import multiprocessing
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from flask import Flask
+
+from ..api.errors import register_error_handlers
+from ..config import EngineConfig, MultiModelConfig
+from .demo_repository import EMBEDDING_NAME, IMAGE_NAME, LLM_NAME, build_demo_repository, drawn_test_image
+from .messages import Invocation
+from .routes import model_manager, register_multi_model_routes
+from .store import describe_model
+
+_SPAWN = multiprocessing.get_context("spawn")
+
+
+def sample_request(name: str) -> tuple[bytes, str]:
+    if name == IMAGE_NAME:
+        buffer = io.BytesIO()
+        drawn_test_image().save(buffer, format="JPEG")
+        return buffer.getvalue(), "image/jpeg"
+    if name == LLM_NAME:
+        return json.dumps({"inputs": "Hello", "parameters": {"max_new_tokens": 1}}).encode(), "application/json"
+    return json.dumps({"inputs": "The quick brown fox jumps over the lazy dog."}).encode(), "application/json"
+
+
+def _raw_child(conn, spec_plain: dict, body: bytes, content_type: str, num_threads: int) -> None:
+    from .model_engine import create_handler
+    from .store import ModelSpec
+
+    started = time.perf_counter()
+    handler = create_handler(ModelSpec.from_plain(spec_plain), num_threads, EngineConfig(num_threads=num_threads))
+    handler.invoke(Invocation(content_type=content_type), body)
+    conn.send(time.perf_counter() - started)
+    handler.close()
+
+
+def raw_cold_start(folder: Path, name: str, num_threads: int) -> tuple[float, float]:
+    """(seconds from spawn to the first answer, seconds of load+call inside the child)."""
+    body, content_type = sample_request(name)
+    spec = describe_model(name, folder)
+    parent, child = _SPAWN.Pipe()
+    started = time.perf_counter()
+    process = _SPAWN.Process(target=_raw_child, args=(child, spec.to_plain(), body, content_type, num_threads))
+    process.start()
+    inner = parent.recv()
+    total = time.perf_counter() - started
+    process.join(60)
+    return total, inner
+
+
+def make_client(root: Path, num_threads: int):
+    app = Flask("mme-bench")
+    register_error_handlers(app)
+    engine = EngineConfig(num_threads=num_threads, max_num_seqs=4, max_model_len=512)
+    register_multi_model_routes(app, MultiModelConfig(model_root=str(root), memory_budget_bytes=8 * 1024**3, engine=engine))
+    return app, app.test_client()
+
+
+def mme_cold_start(client, folder: Path, name: str) -> float:
+    body, content_type = sample_request(name)
+    started = time.perf_counter()
+    response = client.post("/models", json={"model_name": name, "url": str(folder)})
+    if response.status_code != 200:
+        raise RuntimeError(f"POST /models {name}: {response.status_code} {response.get_data(as_text=True)}")
+    response = client.post(f"/models/{name}/invoke", data=body, content_type=content_type)
+    elapsed = time.perf_counter() - started
+    if response.status_code != 200:
+        raise RuntimeError(f"invoke {name}: {response.status_code} {response.get_data(as_text=True)}")
+    client.delete(f"/models/{name}")
+    return elapsed
+
+
+def timed(call, count: int) -> list[float]:
+    call()  # warm-up
+    times = []
+    for _ in range(count):
+        started = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def warm_overhead(client, folder: Path, name: str, requests: int, num_threads: int) -> dict:
+    from .model_engine import create_handler
+
+    body, content_type = sample_request(name)
+    handler = create_handler(describe_model(name, folder), num_threads)
+    direct = timed(lambda: handler.invoke(Invocation(content_type=content_type), body), requests)
+    handler.close()
+    client.post("/models", json={"model_name": name, "url": str(folder)})
+    routed = timed(lambda: client.post(f"/models/{name}/invoke", data=body, content_type=content_type), requests)
+    client.delete(f"/models/{name}")
+    direct_ms, routed_ms = statistics.median(direct) * 1e3, statistics.median(routed) * 1e3
+    return {"in_process_ms": round(direct_ms, 3), "mme_ms": round(routed_ms, 3), "overhead_ms": round(routed_ms - direct_ms, 3)}
+
+
+def cold_start(client, folder: Path, name: str, runs: int, num_threads: int) -> dict:
+    raw = [raw_cold_start(folder, name, num_threads) for _ in range(runs)]
+    mme = [mme_cold_start(client, folder, name) for _ in range(runs)]
+    raw_total = statistics.median(r[0] for r in raw)
+    mme_total = statistics.median(mme)
+    return {
+        "raw_process_s": round(raw_total, 3),
+        "raw_load_and_call_s": round(statistics.median(r[1] for r in raw), 3),
+        "mme_s": round(mme_total, 3),
+        "ratio": round(mme_total / raw_total, 3),
+        "mme_runs_s": [round(t, 3) for t in mme],
+        "raw_runs_s": [round(r[0], 3) for r in raw],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repo", type=Path, help="demo repository (built in a temporary folder if absent)")
+    parser.add_argument("--runs", type=int, default=3, help="cold starts per model and side")
+    parser.add_argument("--requests", type=int, default=200, help="warm requests per side")
+    parser.add_argument("--threads", type=int, default=1, help="torch / ONNX Runtime threads on both sides")
+    parser.add_argument("--llm", action="store_true", help="include SmolLM2 (cold start only; slow)")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    with tempfile.TemporaryDirectory(prefix="mme-bench-") as tmp:
+        repo = build_demo_repository(args.repo or Path(tmp), include_llm=args.llm)
+        app, client = make_client(next(iter(repo.values())).parent, args.threads)
+        try:
+            figures = {"cold_start": {}, "warm": {}}
+            for name in [EMBEDDING_NAME, IMAGE_NAME] + ([LLM_NAME] if args.llm else []):
+                figures["cold_start"][name] = cold_start(client, repo[name], name, args.runs, args.threads)
+                print(name, "cold start", figures["cold_start"][name], flush=True)
+            for name in (EMBEDDING_NAME, IMAGE_NAME):
+                figures["warm"][name] = warm_overhead(client, repo[name], name, args.requests, args.threads)
+                print(name, "warm", figures["warm"][name], flush=True)
+        finally:
+            model_manager(app).shutdown()
+    print(json.dumps(figures, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""Text embedding and text classification with transformers on PyTorch.
+
+Weights load from safetensors only and ``trust_remote_code`` stays off, so a
+model folder can never run code of its own. Embeddings follow the
+sentence-transformers folder when there is one (pooling mode from
+``1_Pooling/config.json``, L2 normalisation when ``modules.json`` lists a
+Normalize module); a plain encoder gets mean pooling + normalisation.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from ...errors import ModelLoadError
+from ..messages import Invocation, Reply
+from ..store import ModelSpec
+from .base import int_option, json_reply, parse_json_body, text_inputs
+
+log = logging.getLogger(__name__)
+
+MAX_TEXTS_PER_REQUEST = 64
+
+
+def _require_safetensors(folder: Path) -> None:
+    if not any(folder.glob("*.safetensors")):
+        raise ModelLoadError(f"{folder.name}: no *.safetensors weights (other formats are refused)")
+
+
+def _load(spec: ModelSpec, model_class_name: str, num_threads: int):
+    import torch
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    if num_threads > 0:
+        torch.set_num_threads(num_threads)
+    folder = Path(spec.path)
+    _require_safetensors(folder)
+    model_class = getattr(transformers, model_class_name)
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
+        model = model_class.from_pretrained(folder, use_safetensors=True, trust_remote_code=False)
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        raise ModelLoadError(f"cannot load {spec.name!r}: {exc}") from None
+    return tokenizer, model.eval()
+
+
+def _pooling(folder: Path) -> tuple[str, bool]:
+    """(pooling mode, normalize) from a sentence-transformers folder; mean + normalize otherwise."""
+    modules_file = folder / "modules.json"
+    if not modules_file.is_file():
+        return "mean", True
+    modules = json.loads(modules_file.read_text())
+    normalize = any(str(m.get("type", "")).endswith("Normalize") for m in modules)
+    mode = "mean"
+    for module in modules:
+        if str(module.get("type", "")).endswith("Pooling"):
+            pooling_file = folder / module.get("path", "") / "config.json"
+            if pooling_file.is_file() and json.loads(pooling_file.read_text()).get("pooling_mode_cls_token"):
+                mode = "cls"
+    return mode, normalize
+
+
+class TextEmbeddingHandler:
+    max_concurrency = 1
+
+    def __init__(self, spec: ModelSpec, num_threads: int = 0):
+        self.tokenizer, self.model = _load(spec, "AutoModel", num_threads)
+        self.mode, self.normalize = _pooling(Path(spec.path))
+        self.max_length = min(int(self.tokenizer.model_max_length or 512), 512)
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        import torch
+
+        batch = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")
+        with torch.inference_mode():
+            hidden = self.model(**batch).last_hidden_state  # [B, T, H]
+        if self.mode == "cls":
+            pooled = hidden[:, 0]
+        else:
+            mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)  # [B, T, 1]
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)  # [B, H]
+        if self.normalize:
+            pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
+        return pooled.tolist()
+
+    def invoke(self, invocation: Invocation, body: bytes) -> tuple[Reply, bytes]:
+        texts, _ = text_inputs(parse_json_body(invocation, body), MAX_TEXTS_PER_REQUEST)
+        return json_reply({"embeddings": self.embed(texts)})
+
+    def close(self) -> None:
+        self.model = None
+
+
+class TextClassificationHandler:
+    max_concurrency = 1
+
+    def __init__(self, spec: ModelSpec, num_threads: int = 0):
+        self.tokenizer, self.model = _load(spec, "AutoModelForSequenceClassification", num_threads)
+        self.labels = self.model.config.id2label
+        self.max_length = min(int(self.tokenizer.model_max_length or 512), 512)
+
+    def classify(self, texts: list[str], top_k: int) -> list[list[dict]]:
+        import torch
+
+        batch = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")
+        with torch.inference_mode():
+            probs = self.model(**batch).logits.softmax(-1)  # [B, num_labels]
+        scores, indices = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
+        return [
+            [{"label": self.labels.get(i, str(i)), "score": s} for s, i in zip(row_s, row_i)]
+            for row_s, row_i in zip(scores.tolist(), indices.tolist())
+        ]
+
+    def invoke(self, invocation: Invocation, body: bytes) -> tuple[Reply, bytes]:
+        payload = parse_json_body(invocation, body)
+        texts, _ = text_inputs(payload, MAX_TEXTS_PER_REQUEST)
+        params = payload.get("parameters") or {}
+        raw_top_k = params.get("top_k") if isinstance(params, dict) else None
+        top_k = int_option("top_k", raw_top_k or invocation.params.get("top_k"), 1, 1, 1000)
+        return json_reply({"predictions": self.classify(texts, top_k)})
+
+    def close(self) -> None:
+        self.model = None

@@ -1,0 +1,134 @@
+"""The SageMaker multi-model endpoint API on a Flask app.
+
+    POST   /models                  {"model_name", "url"} -> load now (200); 409 / 507 / 400
+    GET    /models                  ?max_results=&next_page_token= -> models with state and size
+    GET    /models/<name>           one model (404 if not loaded)
+    DELETE /models/<name>           unload; the worker is stopped and joined before the answer
+    POST   /models/<name>/invoke    invoke (loads a known model lazily)
+    POST   /invocations             invoke the model named by X-Amzn-SageMaker-Target-Model
+    GET    /ping                    liveness
+
+Errors are ServingError subclasses, turned into JSON by the app's one error
+handler (``api.errors.register_error_handlers``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import binascii
+from typing import Callable
+
+from flask import Flask, Response, jsonify, request
+
+from ..config import MultiModelConfig
+from ..errors import InvalidRequest, ModelNotFound
+from .manager import ModelManager, Worker
+from .messages import Invocation
+from .model_engine import ProcessWorkerFactory
+from .store import ModelSpec, ModelStore, validate_name
+
+TARGET_MODEL_HEADER = "X-Amzn-SageMaker-Target-Model"
+EXTENSION_KEY = "llm_byoc_model_manager"
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 1000
+
+
+def _page_args() -> tuple[int, str]:
+    raw_max = request.args.get("max_results", str(DEFAULT_PAGE_SIZE))
+    if not raw_max.isdigit() or not 1 <= int(raw_max) <= MAX_PAGE_SIZE:
+        raise InvalidRequest(f"max_results must be an integer from 1 to {MAX_PAGE_SIZE}")
+    token = request.args.get("next_page_token", "")
+    try:
+        after = base64.b64decode(token.encode(), altchars=b"-_", validate=True).decode() if token else ""
+        if after:
+            validate_name(after)
+    except (binascii.Error, ValueError, InvalidRequest):
+        raise InvalidRequest("next_page_token is not a token this server gave out") from None
+    return int(raw_max), after
+
+
+def _page(manager: ModelManager) -> dict:
+    max_results, after = _page_args()
+    names = [n for n in manager.names() if n > after]
+    page, rest = names[:max_results], names[max_results:]
+    models = []
+    for name in page:
+        try:
+            models.append(manager.describe(name))
+        except ModelNotFound:
+            pass  # unloaded while the page was built
+    body: dict = {"models": models}
+    if rest:
+        body["next_page_token"] = base64.urlsafe_b64encode(page[-1].encode()).decode()
+    return body
+
+
+def _invocation() -> tuple[Invocation, bytes]:
+    invocation = Invocation(
+        content_type=request.content_type or "application/json",
+        accept=request.headers.get("Accept", "application/json"),
+        params=request.args.to_dict(),
+    )
+    return invocation, request.get_data(cache=False)
+
+
+def _respond(manager: ModelManager, name: str) -> Response:
+    validate_name(name)
+    invocation, body = _invocation()
+    reply, out = manager.invoke(name, invocation, body)
+    return Response(out, status=200, content_type=reply.content_type)
+
+
+def register_multi_model_routes(
+    app: Flask,
+    config: MultiModelConfig,
+    worker_factory: Callable[[ModelSpec], Worker] | None = None,
+) -> None:
+    """Add the MME routes; ``worker_factory`` defaults to one process per model (tests pass fakes)."""
+    factory = worker_factory or ProcessWorkerFactory(config.engine)
+    manager = ModelManager(ModelStore(config.model_root), config.memory_budget_bytes, factory)
+    app.extensions[EXTENSION_KEY] = manager
+    atexit.register(manager.shutdown)
+
+    @app.post("/models", endpoint="mme_load_model")
+    def load_model():
+        payload = request.get_json(force=True, silent=True)
+        if not isinstance(payload, dict):
+            raise InvalidRequest('body must be a JSON object {"model_name": ..., "url": ...}')
+        entry = manager.add(payload.get("model_name"), payload.get("url"))
+        return jsonify(manager.describe(entry.spec.name)), 200
+
+    @app.get("/models", endpoint="mme_list_models")
+    def list_models():
+        return jsonify(_page(manager))
+
+    @app.get("/models/<name>", endpoint="mme_describe_model")
+    def describe_model(name: str):
+        return jsonify(manager.describe(validate_name(name)))
+
+    @app.delete("/models/<name>", endpoint="mme_unload_model")
+    def unload_model(name: str):
+        manager.remove(validate_name(name))
+        return jsonify({"model_name": name, "state": "unloaded"})
+
+    @app.post("/models/<name>/invoke", endpoint="mme_invoke_model")
+    def invoke_model(name: str):
+        return _respond(manager, name)
+
+    @app.post("/invocations", endpoint="mme_invocations")
+    def invocations():
+        name = request.headers.get(TARGET_MODEL_HEADER)
+        if not name:
+            raise InvalidRequest(f"multi-model mode needs the {TARGET_MODEL_HEADER} header")
+        return _respond(manager, name)
+
+    if not any(rule.rule == "/ping" for rule in app.url_map.iter_rules()):
+
+        @app.get("/ping", endpoint="mme_ping")
+        def ping():
+            return jsonify({"status": "healthy", **manager.memory_summary()})
+
+
+def model_manager(app: Flask) -> ModelManager:
+    return app.extensions[EXTENSION_KEY]

@@ -1,0 +1,86 @@
+"""Load the configured model into a batched decoder and describe it (ModelInfo)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..config import EngineConfig
+from ..errors import ModelLoadError
+from ..models.loader import load_causal_lm, load_config, load_tokenizer, local_folder
+from ..protocol import ModelInfo
+from .models import build_decoder, check_supported
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_MODEL_LEN = 4096
+
+
+@dataclass
+class LoadedModel:
+    decoder: object  # one of worker.models.DECODERS
+    info: ModelInfo
+    device: torch.device
+    dtype: torch.dtype
+
+
+def model_max_len(hf_config, configured: int | None) -> int:
+    """The configured context, or the model's own capped at 4096; never beyond the model's."""
+    model_limit = getattr(hf_config, "max_position_embeddings", None) or DEFAULT_MAX_MODEL_LEN
+    if configured is None:
+        return min(model_limit, DEFAULT_MAX_MODEL_LEN)
+    if configured > model_limit:
+        raise ModelLoadError(
+            f"LLM_BYOC_MAX_MODEL_LEN={configured} exceeds the model's "
+            f"max_position_embeddings ({model_limit})"
+        )
+    return configured
+
+
+def eos_token_ids(hf_model, tokenizer) -> list[int]:
+    """EOS ids from generation_config, config and tokenizer, in that order, deduplicated."""
+    found: list[int] = []
+    for source in (getattr(hf_model, "generation_config", None), hf_model.config, tokenizer):
+        value = getattr(source, "eos_token_id", None) if source is not None else None
+        for token in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(token, int) and token not in found:
+                found.append(token)
+    return found
+
+
+def load_model(config: EngineConfig) -> LoadedModel:
+    started = time.monotonic()
+    folder = local_folder(config.model)
+    hf_config = load_config(folder, config.trust_remote_code)
+    max_len = model_max_len(hf_config, config.max_model_len)
+    check_supported(hf_config, max_len)  # before the weights are read
+    tokenizer = load_tokenizer(folder, config.trust_remote_code)  # the front end needs it to work
+    hf_model = load_causal_lm(folder, config.dtype, config.device, config.trust_remote_code)
+    decoder = build_decoder(hf_model, max_len)
+    param_bytes = sum(p.numel() * p.element_size() for p in hf_model.parameters())
+    device, dtype = hf_model.device, hf_model.dtype
+    info = ModelInfo(
+        model_type=hf_model.config.model_type,
+        model_path=str(Path(folder)),
+        vocab_size=hf_model.config.vocab_size,
+        max_model_len=max_len,
+        eos_token_ids=eos_token_ids(hf_model, tokenizer),
+        device=str(device),
+        dtype=str(dtype).removeprefix("torch."),
+        num_slots=config.max_num_seqs,
+        load_time_s=round(time.monotonic() - started, 3),
+        param_bytes=param_bytes,
+        kv_cache_bytes=_kv_bytes(decoder, config.max_num_seqs, max_len, dtype),
+    )
+    log.info("loaded %s (%s, %s on %s) in %.1f s", folder, info.model_type, info.dtype, device, info.load_time_s)
+    return LoadedModel(decoder, info, device, dtype)
+
+
+def _kv_bytes(decoder, num_slots: int, max_len: int, dtype: torch.dtype) -> int:
+    """The KV cache grown to full length for every slot (the most it will take)."""
+    element = torch.empty((), dtype=dtype).element_size()
+    return 2 * decoder.num_layers * decoder.num_kv_heads * decoder.head_dim * element * num_slots * max_len

@@ -1,0 +1,83 @@
+"""Model worker process entry: load the model, then answer one message at a time.
+
+The parent (the engine's executor) starts ``run_worker`` with the 'spawn'
+method and talks over a ``multiprocessing`` Connection in protocol bytes:
+
+    worker -> WorkerReady(info)           once loaded, or WorkerFailure(fatal=True) and exit
+    StepBatch -> StepOutput               or WorkerFailure(fatal=False): the step failed,
+                                          the worker keeps serving (the engine decides)
+    Shutdown  -> (return)                 also on a closed connection
+    anything else -> WorkerFailure(fatal=False)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import torch
+
+from .. import protocol
+from ..config import EngineConfig
+from ..errors import InsufficientMemory, ServingError
+from ..protocol import Shutdown, StepBatch, WorkerFailure, WorkerReady
+from .runner import ModelRunner
+
+log = logging.getLogger(__name__)
+
+
+def _failure(exc: BaseException, fatal: bool) -> WorkerFailure:
+    """An exception as plain data: ServingErrors keep their type, others are internal."""
+    if isinstance(exc, ServingError):
+        return WorkerFailure(exc.error_type, exc.message, fatal)
+    if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
+        return WorkerFailure(InsufficientMemory.error_type, f"out of memory: {exc}", fatal)
+    return WorkerFailure("internal_error", f"{type(exc).__name__}: {exc}", fatal)
+
+
+def _send(conn, message) -> None:
+    conn.send_bytes(protocol.encode(message))
+
+
+def run_worker(conn, config: EngineConfig) -> None:
+    """Serve ``config``'s model over ``conn`` until Shutdown or the connection closes."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format=f"%(asctime)s worker[{os.getpid()}] %(levelname)s %(message)s")
+    if config.num_threads:
+        torch.set_num_threads(config.num_threads)
+    try:
+        runner = ModelRunner.from_config(config)
+    except Exception as exc:  # noqa: BLE001 - every load failure is reported, then we exit
+        log.exception("model load failed")
+        _send(conn, _failure(exc, fatal=True))
+        return
+    _send(conn, WorkerReady(runner.info))
+    serve(conn, runner)
+
+
+def serve(conn, runner: ModelRunner) -> None:
+    """The message loop; returns on Shutdown or when the parent goes away."""
+    while True:
+        try:
+            data = conn.recv_bytes()
+        except (EOFError, OSError):
+            log.info("engine connection closed; worker exiting")
+            return
+        try:
+            message = protocol.decode(data)
+        except protocol.ProtocolError as exc:
+            log.error("bad message from the engine: %s", exc)
+            _send(conn, WorkerFailure("invalid_request", f"bad message: {exc}"))
+            continue
+        if isinstance(message, Shutdown):
+            log.info("shutdown requested; worker exiting")
+            return
+        if not isinstance(message, StepBatch):
+            _send(conn, WorkerFailure("invalid_request", f"the worker does not handle {type(message).__name__}"))
+            continue
+        try:
+            reply = runner.step(message)
+        except Exception as exc:  # noqa: BLE001 - a failed step is reported, not fatal
+            log.exception("step %s failed", message.step_id)
+            reply = _failure(exc, fatal=False)
+        _send(conn, reply)

@@ -1,0 +1,41 @@
+"""Model families the worker runs with its own batched forward.
+
+Each decoder is built from a loaded Hugging Face model (it keeps the weights,
+not the modules) and exposes ``num_layers``, ``num_heads``, ``num_kv_heads``,
+``head_dim``, ``forward(inputs, cache) -> [T, hidden]`` and
+``logits(hidden_rows) -> [S, vocab]``.
+"""
+
+from __future__ import annotations
+
+from ...errors import ModelLoadError
+from .llama import LlamaDecoder
+from .opt import OPTDecoder
+
+DECODERS = {
+    "llama": LlamaDecoder,
+    "mistral": LlamaDecoder,
+    "qwen2": LlamaDecoder,
+    "opt": OPTDecoder,
+}
+
+
+def check_supported(config, max_model_len: int) -> None:
+    """Raise ModelLoadError for a model this worker cannot run exactly."""
+    model_type = getattr(config, "model_type", None)
+    if model_type not in DECODERS:
+        raise ModelLoadError(
+            f"model type {model_type!r} is not supported; supported: {', '.join(sorted(DECODERS))}"
+        )
+    window = getattr(config, "sliding_window", None)
+    uses_window = getattr(config, "use_sliding_window", model_type == "mistral")
+    if uses_window and window is not None and window < max_model_len:
+        raise ModelLoadError(
+            f"{model_type} sliding-window attention ({window}) is not supported; "
+            f"set LLM_BYOC_MAX_MODEL_LEN <= {window}"
+        )
+
+
+def build_decoder(hf_model, max_model_len: int):
+    check_supported(hf_model.config, max_model_len)
+    return DECODERS[hf_model.config.model_type](hf_model)

@@ -1,0 +1,120 @@
+"""Llama-family decoder over a step's flattened rows, on the checkpoint's weights.
+
+Covers ``llama`` and the layouts that differ from it only by optional biases
+(``qwen2``: q/k/v bias; ``mistral`` while its sliding window is longer than the
+context). Per layer, q/k/v are one fused matmul and gate/up another, so every
+projection is one big matmul over all T rows of the step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from transformers.activations import ACT2FN
+
+from ..attention import cached_attention
+from ..batch import StepInputs
+from ..kv_cache import KVCache
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """HF LlamaRMSNorm: normalise in float32, scale in the model dtype."""
+    normed = F.rms_norm(x.float(), (x.shape[-1],), eps=eps)
+    return weight * normed.to(x.dtype)
+
+
+def rope_tables(rotary, h: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sign-folded sin, [T, 1, D] each, computed once per step for all layers."""
+    cos, sin = rotary(h, positions[None])  # [1, T, D]: HF applies the config's rope scaling
+    half = sin.shape[-1] // 2
+    signed_sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+    return cos[0, :, None, :], signed_sin[0, :, None, :]
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """RoPE (rotate-half): x*cos + [-x2, x1]*sin == x*cos + [x2, x1]*[-sin1, sin2]. x: [T, heads, D]."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((x[..., half:], x[..., :half]), dim=-1) * signed_sin
+
+
+def _cat_bias(*linears) -> torch.Tensor | None:
+    biases = [lin.bias for lin in linears]
+    return None if all(b is None for b in biases) else torch.cat(biases)
+
+
+@dataclass
+class LlamaLayer:
+    ln_attn: torch.Tensor  # [hidden]
+    w_qkv: torch.Tensor  # [(H + 2*KVH) * D, hidden]
+    b_qkv: torch.Tensor | None
+    w_o: torch.Tensor  # [hidden, H * D]
+    b_o: torch.Tensor | None
+    ln_mlp: torch.Tensor  # [hidden]
+    w_gate_up: torch.Tensor  # [2 * I, hidden]
+    b_gate_up: torch.Tensor | None
+    w_down: torch.Tensor  # [hidden, I]
+    b_down: torch.Tensor | None
+
+    @classmethod
+    def from_hf(cls, layer) -> "LlamaLayer":
+        attn, mlp = layer.self_attn, layer.mlp
+        return cls(
+            ln_attn=layer.input_layernorm.weight,
+            w_qkv=torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]),
+            b_qkv=_cat_bias(attn.q_proj, attn.k_proj, attn.v_proj),
+            w_o=attn.o_proj.weight,
+            b_o=attn.o_proj.bias,
+            ln_mlp=layer.post_attention_layernorm.weight,
+            w_gate_up=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
+            b_gate_up=_cat_bias(mlp.gate_proj, mlp.up_proj),
+            w_down=mlp.down_proj.weight,
+            b_down=mlp.down_proj.bias,
+        )
+
+
+class LlamaDecoder:
+    """``forward`` -> hidden states [T, hidden]; ``logits`` for the rows that sample."""
+
+    def __init__(self, hf_model):
+        config = hf_model.config
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = getattr(config, "num_key_value_heads", None) or self.num_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.num_heads
+        self.eps = config.rms_norm_eps
+        self.act = ACT2FN[config.hidden_act]
+        decoder = hf_model.model
+        self.embed = decoder.embed_tokens.weight  # [V, hidden]
+        self.rotary = decoder.rotary_emb  # HF module: honours the config's rope parameters
+        self.layers = [LlamaLayer.from_hf(layer) for layer in decoder.layers]
+        self.norm = decoder.norm.weight
+        self.lm_head = hf_model.lm_head.weight  # [V, hidden]; may be the embedding (tied)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    def forward(self, inputs: StepInputs, cache: KVCache) -> torch.Tensor:
+        h = F.embedding(inputs.token_ids, self.embed)  # [T, hidden]
+        cos, sin = rope_tables(self.rotary, h, inputs.positions)  # [T, 1, D] each
+        for index, layer in enumerate(self.layers):
+            h = self._layer(layer, h, cos, sin, cache.k[index], cache.v[index], inputs)
+        return h
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """h: [S, hidden] -> [S, V] float32."""
+        return F.linear(rms_norm(h, self.norm, self.eps), self.lm_head).float()
+
+    def _layer(self, layer: LlamaLayer, h, cos, sin, k_cache, v_cache, inputs) -> torch.Tensor:
+        rows = h.shape[0]
+        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        qkv = F.linear(rms_norm(h, layer.ln_attn, self.eps), layer.w_qkv, layer.b_qkv)
+        qk, v = qkv.split([q_size + kv_size, kv_size], dim=-1)
+        qk = rotate(qk.view(rows, self.num_heads + self.num_kv_heads, self.head_dim), cos, sin)
+        q, k = qk.split([self.num_heads, self.num_kv_heads], dim=1)  # [T, H, D], [T, KVH, D]
+        v = v.view(rows, self.num_kv_heads, self.head_dim)
+        attn = cached_attention(q, k, v, k_cache, v_cache, inputs)  # [T, H, D]
+        h = h + F.linear(attn.reshape(rows, q_size), layer.w_o, layer.b_o)
+        gate, up = F.linear(rms_norm(h, layer.ln_mlp, self.eps), layer.w_gate_up, layer.b_gate_up).chunk(2, dim=-1)
+        return h + F.linear(self.act(gate) * up, layer.w_down, layer.b_down)

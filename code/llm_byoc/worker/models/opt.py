@@ -1,0 +1,124 @@
+"""OPT decoder over a step's flattened rows, on the checkpoint's weights.
+
+Learned absolute positions with OPT's offset of 2; pre- or post-layer-norm
+(``do_layer_norm_before``); optional project_in/project_out (350m-style
+checkpoints whose embedding width differs from the hidden size).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from transformers.activations import ACT2FN
+
+from ..attention import cached_attention
+from ..batch import StepInputs
+from ..kv_cache import KVCache
+
+POSITION_OFFSET = 2  # OPTLearnedPositionalEmbedding: position p is row p + 2
+
+
+def _weight(module) -> torch.Tensor | None:
+    return None if module is None else module.weight
+
+
+@dataclass
+class LayerNorm:
+    weight: torch.Tensor | None
+    bias: torch.Tensor | None
+    eps: float
+
+    @classmethod
+    def from_hf(cls, module) -> "LayerNorm":
+        return cls(module.weight, module.bias, module.eps)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, (x.shape[-1],), self.weight, self.bias, self.eps)
+
+
+@dataclass
+class OPTLayer:
+    ln_attn: LayerNorm
+    w_qkv: torch.Tensor  # [3 * hidden, hidden]
+    b_qkv: torch.Tensor | None
+    w_out: torch.Tensor  # [hidden, hidden]
+    b_out: torch.Tensor | None
+    ln_ffn: LayerNorm
+    w_fc1: torch.Tensor  # [ffn, hidden]
+    b_fc1: torch.Tensor | None
+    w_fc2: torch.Tensor  # [hidden, ffn]
+    b_fc2: torch.Tensor | None
+
+    @classmethod
+    def from_hf(cls, layer) -> "OPTLayer":
+        attn = layer.self_attn
+        projections = (attn.q_proj, attn.k_proj, attn.v_proj)
+        biases = [p.bias for p in projections]
+        return cls(
+            ln_attn=LayerNorm.from_hf(layer.self_attn_layer_norm),
+            w_qkv=torch.cat([p.weight for p in projections]),
+            b_qkv=None if biases[0] is None else torch.cat(biases),
+            w_out=attn.out_proj.weight,
+            b_out=attn.out_proj.bias,
+            ln_ffn=LayerNorm.from_hf(layer.final_layer_norm),
+            w_fc1=layer.fc1.weight,
+            b_fc1=layer.fc1.bias,
+            w_fc2=layer.fc2.weight,
+            b_fc2=layer.fc2.bias,
+        )
+
+
+class OPTDecoder:
+    """``forward`` -> hidden states [T, hidden]; ``logits`` for the rows that sample."""
+
+    def __init__(self, hf_model):
+        config = hf_model.config
+        self.num_heads = self.num_kv_heads = config.num_attention_heads
+        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.pre_norm = config.do_layer_norm_before
+        self.act = ACT2FN[config.activation_function]
+        decoder = hf_model.model.decoder
+        self.embed = decoder.embed_tokens.weight  # [V, word_embed_proj_dim]
+        self.positions = decoder.embed_positions.weight  # [max_positions + 2, hidden]
+        self.project_in = _weight(decoder.project_in)  # [hidden, word_dim] or None
+        self.project_out = _weight(decoder.project_out)  # [word_dim, hidden] or None
+        final = decoder.final_layer_norm
+        self.final_norm = None if final is None else LayerNorm.from_hf(final)
+        self.layers = [OPTLayer.from_hf(layer) for layer in decoder.layers]
+        self.lm_head = hf_model.lm_head.weight  # [V, word_dim]
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    def forward(self, inputs: StepInputs, cache: KVCache) -> torch.Tensor:
+        h = F.embedding(inputs.token_ids, self.embed)  # [T, word_dim]
+        if self.project_in is not None:
+            h = F.linear(h, self.project_in)  # [T, hidden]
+        h = h + F.embedding(inputs.positions + POSITION_OFFSET, self.positions)
+        for index, layer in enumerate(self.layers):
+            h = self._layer(layer, h, cache.k[index], cache.v[index], inputs)
+        return h
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """h: [S, hidden] -> [S, V] float32."""
+        if self.final_norm is not None:
+            h = self.final_norm(h)
+        if self.project_out is not None:
+            h = F.linear(h, self.project_out)
+        return F.linear(h, self.lm_head).float()
+
+    def _layer(self, layer: OPTLayer, h, k_cache, v_cache, inputs) -> torch.Tensor:
+        rows, hidden = h.shape
+        x = layer.ln_attn(h) if self.pre_norm else h
+        q, k, v = F.linear(x, layer.w_qkv, layer.b_qkv).split(hidden, dim=-1)
+        shape = (rows, self.num_heads, self.head_dim)
+        attn = cached_attention(q.view(shape), k.view(shape), v.view(shape), k_cache, v_cache, inputs)
+        h = h + F.linear(attn.reshape(rows, hidden), layer.w_out, layer.b_out)  # [T, hidden]
+        if not self.pre_norm:
+            h = layer.ln_attn(h)
+        x = layer.ln_ffn(h) if self.pre_norm else h
+        h = h + F.linear(self.act(F.linear(x, layer.w_fc1, layer.b_fc1)), layer.w_fc2, layer.b_fc2)
+        return h if self.pre_norm else layer.ln_ffn(h)

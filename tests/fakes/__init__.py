@@ -1,0 +1,1 @@
+"""Fakes for fast tests: a deterministic model worker speaking the real protocol."""

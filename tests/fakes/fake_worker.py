@@ -1,0 +1,138 @@
+"""A fake model worker process: the real pipe protocol, a trivial "model".
+
+The next token depends only on the last one (``next_token``), so tests can
+compute expected outputs. The fake checks the scheduler's side of the contract
+strictly (a sequence is announced before its first chunk, chunks continue
+exactly where its cache ends, freed sequences are gone, at most ``num_slots``
+live at once) and answers a violation with a non-fatal WorkerFailure, so a
+scheduler bug fails a test instead of passing silently.
+
+Use ``fake_target(FakeModel(...))`` as the executor's worker target.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import time
+from dataclasses import dataclass
+
+from llm_byoc import protocol
+from llm_byoc.protocol import (
+    ModelInfo,
+    SampledToken,
+    Shutdown,
+    StepBatch,
+    StepOutput,
+    WorkerFailure,
+    WorkerReady,
+)
+
+NUM_SPECIAL = 3  # ids 0..2 (pad, bos, eos in the tiny test tokenizers) are never made up
+
+
+@dataclass(frozen=True)
+class FakeModel:
+    vocab_size: int = 384
+    eos_token_id: int = 2
+    eos_after_token: int | None = None  # the token after this one is EOS
+    max_model_len: int = 128
+    num_slots: int = 16
+    load_delay_s: float = 0.0
+    step_delay_s: float = 0.0
+    fail_load: str | None = None  # send WorkerFailure(fatal=True) instead of ready
+    crash_after_steps: int | None = None  # SIGKILL itself on step N + 1
+    fail_step_on_token: int | None = None  # a chunk holding this token fails its step
+
+
+def next_token(last: int, model: FakeModel = FakeModel()) -> int:
+    if model.eos_after_token is not None and last == model.eos_after_token:
+        return model.eos_token_id
+    return NUM_SPECIAL + (last * 7 + 1) % (model.vocab_size - NUM_SPECIAL)
+
+
+def expected_tokens(prompt: list[int], n: int, model: FakeModel = FakeModel()) -> list[int]:
+    """The first ``n`` tokens the fake generates after ``prompt`` (ignoring EOS)."""
+    out, last = [], prompt[-1]
+    for _ in range(n):
+        last = next_token(last, model)
+        out.append(last)
+    return out
+
+
+class ContractError(Exception):
+    pass
+
+
+class FakeRunner:
+    def __init__(self, model: FakeModel):
+        self.model = model
+        self.cache: dict[str, list[int]] = {}  # seq_id -> tokens "in the KV cache"
+
+    def step(self, batch: StepBatch) -> StepOutput:
+        for seq_id in batch.freed:
+            if self.cache.pop(seq_id, None) is None:
+                raise ContractError(f"freed unknown sequence {seq_id}")
+        for new in batch.new:
+            if new.seq_id in self.cache:
+                raise ContractError(f"sequence {new.seq_id} announced twice")
+            self.cache[new.seq_id] = []
+        if len(self.cache) > self.model.num_slots:
+            raise ContractError(f"{len(self.cache)} sequences > {self.model.num_slots} slots")
+        samples = []
+        for chunk in batch.chunks:
+            cached = self.cache.get(chunk.seq_id)
+            if cached is None:
+                raise ContractError(f"chunk for unknown sequence {chunk.seq_id}")
+            if chunk.start_pos != len(cached) or not chunk.token_ids:
+                raise ContractError(f"{chunk.seq_id}: chunk at {chunk.start_pos}, cache has {len(cached)}")
+            if self.model.fail_step_on_token in chunk.token_ids:
+                raise ContractError(f"poisoned token {self.model.fail_step_on_token}")
+            cached.extend(chunk.token_ids)
+            if len(cached) > self.model.max_model_len:
+                raise ContractError(f"{chunk.seq_id}: position {len(cached) - 1} beyond the window")
+            if chunk.sample:
+                token = next_token(cached[-1], self.model)
+                samples.append(SampledToken(chunk.seq_id, token, -0.5))
+        return StepOutput(batch.step_id, samples)
+
+
+def run_fake_worker(conn, config, model: FakeModel = FakeModel()) -> None:
+    def send(message) -> None:
+        conn.send_bytes(protocol.encode(message))
+
+    time.sleep(model.load_delay_s)
+    if model.fail_load:
+        send(WorkerFailure("model_load_error", model.fail_load, fatal=True))
+        return
+    info = ModelInfo(
+        model_type="fake",
+        model_path=str(config.model),
+        vocab_size=model.vocab_size,
+        max_model_len=model.max_model_len,
+        eos_token_ids=[model.eos_token_id],
+        device="cpu",
+        dtype="float32",
+        num_slots=model.num_slots,
+        load_time_s=model.load_delay_s,
+    )
+    send(WorkerReady(info))
+    runner, steps = FakeRunner(model), 0
+    while True:
+        message = protocol.decode(conn.recv_bytes())
+        if isinstance(message, Shutdown):
+            return
+        steps += 1
+        if model.crash_after_steps is not None and steps > model.crash_after_steps:
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(model.step_delay_s)
+        try:
+            send(runner.step(message))
+        except ContractError as exc:
+            send(WorkerFailure("contract_error", str(exc), fatal=False))
+
+
+def fake_target(model: FakeModel = FakeModel()):
+    """A picklable worker target for WorkerProcess / LLMEngine.start."""
+    return functools.partial(run_fake_worker, model=model)

@@ -1,0 +1,74 @@
+"""Helpers for tests that run the real server: free ports, SSE over HTTP, child processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+import requests
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_ping(url: str, timeout_s: float, proc=None) -> None:
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the server exited with {proc.returncode} before /ping said 200")
+        try:
+            last = requests.get(f"{url}/ping", timeout=2)
+            if last.status_code == 200:
+                return
+        except requests.RequestException as exc:
+            last = exc
+        time.sleep(0.5)
+    raise AssertionError(f"/ping never said 200: {last}")
+
+
+def sse_payloads(response: requests.Response) -> list:
+    """The events of a streamed response, read as they arrive."""
+    events = []
+    for line in response.iter_lines(decode_unicode=True):
+        if not line:
+            continue
+        assert line.startswith("data: "), line
+        data = line[len("data: "):]
+        events.append(data if data == "[DONE]" else json.loads(data))
+    return events
+
+
+def children_of(pid: int) -> dict[int, str]:
+    """{pid: command line} of the direct children of ``pid`` (Linux /proc)."""
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            if ppid == pid:
+                out[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def serve_env(model_dir: Path, port: int, socket_path: str, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        LLM_BYOC_MODEL=str(model_dir),
+        SAGEMAKER_BIND_TO_PORT=str(port),
+        LLM_BYOC_ENGINE_SOCKET=socket_path,
+        LLM_BYOC_NUM_THREADS="1",
+        LLM_BYOC_LOG_LEVEL="info",
+    )
+    env.update(extra)
+    return env

@@ -1,0 +1,204 @@
+"""Multi-model mode with real worker processes (tiny ONNX and BERT models).
+
+Isolation (a killed worker fails alone and reloads), memory returned on
+unload, corrupt folders, one load for concurrent first requests, eviction
+driven by the measured RSS of the workers.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from flask import Flask
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "multimodel"))
+
+from mme_tiny_models import build_tiny_embedder, build_tiny_onnx, png_bytes  # noqa: E402
+
+from llm_byoc.api.errors import register_error_handlers  # noqa: E402
+from llm_byoc.config import EngineConfig, MultiModelConfig  # noqa: E402
+from llm_byoc.errors import EngineDead  # noqa: E402
+from llm_byoc.multimodel.messages import Invocation  # noqa: E402
+from llm_byoc.multimodel.model_engine import ProcessWorkerFactory  # noqa: E402
+from llm_byoc.multimodel.routes import model_manager, register_multi_model_routes  # noqa: E402
+from llm_byoc.multimodel.store import describe_model  # noqa: E402
+from llm_byoc.multimodel.worker_client import ModelWorker  # noqa: E402
+
+MiB = 1024 * 1024
+RED = (250, 5, 5)
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("mme-root")
+    for name in ("alpha", "beta", "gamma"):
+        build_tiny_onnx(root / name)
+    (root / "broken").mkdir()
+    (root / "broken" / "model.onnx").write_bytes(b"\x08\x07 this is not an onnx graph")
+    return root
+
+
+class CountingFactory:
+    def __init__(self):
+        self.inner = ProcessWorkerFactory(EngineConfig(num_threads=1))
+        self.loads: list[str] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, spec):
+        with self._lock:
+            self.loads.append(spec.name)
+        return self.inner(spec)
+
+
+def make_app(root: Path, budget: int = 4 * 1024 * MiB):
+    app = Flask("mme-test")
+    register_error_handlers(app)
+    factory = CountingFactory()
+    register_multi_model_routes(app, MultiModelConfig(model_root=str(root), memory_budget_bytes=budget), factory)
+    return app, factory
+
+
+@pytest.fixture()
+def app_and_factory(root):
+    app, factory = make_app(root)
+    yield app, factory
+    model_manager(app).shutdown()
+
+
+def classify(client, name: str, colour=RED):
+    return client.post(f"/models/{name}/invoke", data=png_bytes(colour), content_type="image/png")
+
+
+def worker_pid(app, name: str) -> int:
+    with model_manager(app).acquire(name) as entry:
+        return entry.worker.pid
+
+
+def pid_exists(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_load_invoke_unload_returns_the_process(app_and_factory, root):
+    app, _ = app_and_factory
+    client = app.test_client()
+    response = client.post("/models", json={"model_name": "alpha", "url": str(root / "alpha")})
+    assert response.status_code == 200, response.json
+    assert response.json["memory_bytes"] > 10 * MiB  # measured RSS, not the 331-byte file
+    response = classify(client, "alpha")
+    assert response.status_code == 200 and response.json["predictions"][0]["label"] == "red"
+    pid = worker_pid(app, "alpha")
+    assert client.delete("/models/alpha").status_code == 200
+    assert not pid_exists(pid)  # stopped and joined before DELETE answered
+
+
+def test_killed_worker_fails_alone_and_reloads(app_and_factory):
+    app, factory = app_and_factory
+    client = app.test_client()
+    assert classify(client, "alpha").status_code == 200
+    assert classify(client, "beta").status_code == 200
+    alpha_pid, beta_pid = worker_pid(app, "alpha"), worker_pid(app, "beta")
+    os.kill(alpha_pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while pid_exists(alpha_pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert classify(client, "beta").status_code == 200 and worker_pid(app, "beta") == beta_pid
+    response = classify(client, "alpha")  # the dead worker is dropped and reloaded
+    assert response.status_code == 200 and response.json["predictions"][0]["label"] == "red"
+    assert worker_pid(app, "alpha") != alpha_pid
+    assert factory.loads.count("alpha") == 2 and factory.loads.count("beta") == 1
+
+
+def test_pending_requests_fail_when_the_worker_dies(root):
+    worker = ModelWorker(describe_model("gamma", root / "gamma"), num_threads=1)
+    worker.start(timeout_s=60)
+    try:
+        os.kill(worker.pid, signal.SIGSTOP)  # hold the request in flight
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(worker.invoke, Invocation(content_type="image/png"), png_bytes(RED), 30)
+            time.sleep(0.2)
+            os.kill(worker.pid, signal.SIGKILL)
+            with pytest.raises(EngineDead):
+                pending.result(10)
+        assert not worker.alive
+        with pytest.raises(EngineDead):
+            worker.invoke(Invocation(content_type="image/png"), png_bytes(RED))
+    finally:
+        worker.stop()
+
+
+def test_corrupt_folder_is_a_clear_error_and_others_keep_serving(app_and_factory):
+    app, _ = app_and_factory
+    client = app.test_client()
+    assert classify(client, "alpha").status_code == 200
+    response = client.post("/models", json={"model_name": "broken", "url": "broken"})
+    assert response.status_code == 500 and response.json["type"] == "model_load_error"
+    assert "broken" in response.json["error"]
+    assert classify(client, "broken").json["type"] == "model_load_error"
+    assert classify(client, "alpha").status_code == 200
+
+
+def test_concurrent_first_requests_start_one_worker(app_and_factory):
+    app, factory = app_and_factory
+    client = app.test_client()
+    with ThreadPoolExecutor(8) as pool:
+        responses = list(pool.map(lambda _: classify(client, "gamma"), range(8)))
+    assert [r.status_code for r in responses] == [200] * 8
+    assert factory.loads == ["gamma"]
+
+
+def test_wrong_payload_for_the_kind(app_and_factory):
+    client = app_and_factory[0].test_client()
+    assert client.post("/models/alpha/invoke", data=b"text", content_type="text/plain").status_code == 415
+    assert client.post("/models/alpha/invoke", json={"inputs": "###"}).status_code == 400
+    body = {"inputs": base64.b64encode(png_bytes(RED)).decode()}
+    assert client.post("/models/alpha/invoke", json=body).json["predictions"][0]["label"] == "red"
+
+
+def test_measured_memory_drives_lru_eviction(root):
+    app, factory = make_app(root, budget=1)  # placeholder, set below once a worker is measured
+    client = app.test_client()
+    manager = model_manager(app)
+    try:
+        manager.budget_bytes = 4 * 1024 * MiB
+        assert classify(client, "alpha").status_code == 200
+        one = manager.describe("alpha")["memory_bytes"]
+        manager.budget_bytes = int(one * 1.5)  # room for one worker, not two
+        alpha_pid = worker_pid(app, "alpha")
+        assert classify(client, "beta").status_code == 200  # loads, measures, evicts alpha
+        assert not pid_exists(alpha_pid)
+        states = {m["model_name"]: m["state"] for m in client.get("/models").json["models"]}
+        assert states == {"alpha": "unloaded", "beta": "loaded"}
+        assert classify(client, "alpha").status_code == 200  # back, beta out
+        assert factory.loads == ["alpha", "beta", "alpha"]
+    finally:
+        manager.shutdown()
+
+
+@pytest.mark.slow
+def test_text_embedding_worker(tmp_path):
+    build_tiny_embedder(tmp_path / "emb")
+    app, _ = make_app(tmp_path)
+    client = app.test_client()
+    try:
+        response = client.post("/models/emb/invoke", json={"inputs": ["hello world", "bad movie"]})
+        assert response.status_code == 200, response.json
+        vectors = response.json["embeddings"]
+        assert len(vectors) == 2 and abs(sum(v * v for v in vectors[0]) - 1) < 1e-4
+        response = client.post("/models/emb/invoke", data=png_bytes(RED), content_type="image/png")
+        assert response.status_code == 415
+    finally:
+        model_manager(app).shutdown()
+    assert json.loads(client.get("/ping").data)["loaded"] == 0

@@ -1,0 +1,183 @@
+"""The real `serve` as a subprocess, without Docker: engine process + gunicorn."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import requests
+from serve_helpers import children_of, free_port, serve_env, sse_payloads, wait_for_ping
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+SERVE = REPO / "container" / "serve"
+STARTUP_S = 180
+
+
+class Server:
+    def __init__(self, model_dir: Path, log_path: Path, **env: str):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        socket_path = os.path.join(tempfile.mkdtemp(prefix="llmb"), "engine.sock")
+        self.log_path = log_path
+        self._log = open(log_path, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, str(SERVE), "serve"],
+            env=serve_env(model_dir, self.port, socket_path, **env),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def engine_pid(self) -> int:
+        return next(pid for pid, cmd in children_of(self.proc.pid).items() if "llm_byoc.engine.server" in cmd)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+
+@pytest.fixture(scope="module")
+def server(tiny_llama_dir, tmp_path_factory):
+    server = Server(tiny_llama_dir, tmp_path_factory.mktemp("serve") / "serve.log", LLM_BYOC_GRACEFUL_TIMEOUT="30")
+    try:
+        wait_for_ping(server.url, STARTUP_S, server.proc)
+    except AssertionError:
+        server.stop()
+        raise AssertionError(server.log()) from None
+    yield server
+    server.stop()
+
+
+def post(server, body, stream=False, **kwargs):
+    return requests.post(f"{server.url}/invocations", json=body, stream=stream, timeout=120, **kwargs)
+
+
+def test_ping_and_execution_parameters(server):
+    assert requests.get(f"{server.url}/ping", timeout=2).status_code == 200
+    params = requests.get(f"{server.url}/execution-parameters", timeout=2).json()
+    assert params["BatchStrategy"] == "SINGLE_RECORD" and params["MaxPayloadInMB"] == 6
+
+
+def test_tgi_plain_and_streamed(server):
+    body = {"inputs": ["Hello", "The weather"], "parameters": {"max_new_tokens": 8}}
+    plain = post(server, body)
+    assert plain.status_code == 200
+    texts = [o["generated_text"] for o in plain.json()]
+    with post(server, {**body, "stream": True}, stream=True) as response:
+        assert response.headers["Content-Type"].startswith("text/event-stream")
+        assert response.headers.get("Transfer-Encoding") == "chunked"
+        events = sse_payloads(response)
+    finals = {e["index"]: e["generated_text"] for e in events if e["generated_text"] is not None}
+    assert [finals[0], finals[1]] == texts
+
+
+def test_openai_plain_and_streamed(server):
+    chat = {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 6, "temperature": 0}
+    plain = post(server, chat).json()
+    assert plain["object"] == "chat.completion" and plain["usage"]["completion_tokens"] <= 6
+    with post(server, {**chat, "stream": True}, stream=True) as response:
+        events = sse_payloads(response)
+    assert events[-1] == "[DONE]"
+    assert "".join(e["choices"][0]["delta"].get("content", "") for e in events[:-1]) == plain["choices"][0]["message"]["content"]
+    completion = post(server, {"prompt": "Hello", "max_tokens": 4, "temperature": 0}).json()
+    assert completion["object"] == "text_completion"
+
+
+def test_bad_requests(server):
+    response = post(server, {"inputs": "x", "parameters": {"max_new_tokens": "many"}})
+    assert response.status_code == 400 and response.json()["type"] == "invalid_request"
+    response = requests.post(f"{server.url}/invocations", data="hello", headers={"Content-Type": "text/plain"}, timeout=10)
+    assert response.status_code == 415
+    response = requests.post(
+        f"{server.url}/invocations", data=b"x" * (7 * 1024 * 1024), headers={"Content-Type": "application/json"}, timeout=30
+    )
+    assert response.status_code == 413
+    assert requests.get(f"{server.url}/ping", timeout=2).status_code == 200
+
+
+def test_64_concurrent_streams_all_complete(server):
+    def one(i: int) -> tuple[int, str]:
+        body = {"inputs": f"Stream number {i}", "stream": True, "parameters": {"max_new_tokens": 12, "ignore_eos": True}}
+        with post(server, body, stream=True) as response:
+            events = sse_payloads(response)
+        final = events[-1]
+        return final["details"]["generated_tokens"], final["generated_text"]
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(64) as pool:
+        results = list(pool.map(one, range(64)))
+    assert [tokens for tokens, _ in results] == [12] * 64
+    print(f"64 streams x 12 tokens in {time.monotonic() - started:.1f} s")
+
+
+def test_sigterm_lets_the_inflight_stream_finish_then_exits_0(server):
+    body = {"inputs": "A long story", "stream": True, "parameters": {"max_new_tokens": 150, "ignore_eos": True}}
+    events: list = []
+
+    def read():
+        with post(server, body, stream=True) as response:
+            events.extend(sse_payloads(response))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    deadline = time.monotonic() + 30
+    while not events and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert events, "the stream never started"
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(90) == 0, server.log()
+    reader.join(10)
+    assert events[-1]["details"]["generated_tokens"] == 150, events[-1]
+
+
+def test_engine_death_fails_ping_and_serve_exits_non_zero(tiny_llama_dir, tmp_path):
+    server = Server(tiny_llama_dir, tmp_path / "serve.log")
+    try:
+        wait_for_ping(server.url, STARTUP_S, server.proc)
+        os.kill(server.engine_pid(), signal.SIGKILL)
+        statuses = set()
+        deadline = time.monotonic() + 30
+        while server.proc.poll() is None and time.monotonic() < deadline:
+            try:
+                statuses.add(requests.get(f"{server.url}/ping", timeout=2).status_code)
+            except requests.ConnectionError:
+                statuses.add("refused")
+            time.sleep(0.05)
+        assert server.proc.wait(60) != 0, server.log()
+        assert statuses and statuses <= {503, "refused", 200}
+        assert statuses - {200}, "ping kept saying 200"
+        assert "engine exited unexpectedly" in server.log()
+    finally:
+        server.stop()
+
+
+def test_multi_model_mode_runs_without_an_engine(tmp_path):
+    root = tmp_path / "models"
+    root.mkdir()
+    server = Server(root, tmp_path / "serve.log", SAGEMAKER_MULTI_MODEL="true", LLM_BYOC_MODEL_ROOT=str(root))
+    try:
+        wait_for_ping(server.url, STARTUP_S, server.proc)
+        assert not [cmd for cmd in children_of(server.proc.pid).values() if "llm_byoc.engine.server" in cmd]
+        assert requests.get(f"{server.url}/models", timeout=10).status_code == 200
+        server.proc.send_signal(signal.SIGTERM)
+        assert server.proc.wait(60) == 0, server.log()
+    finally:
+        server.stop()

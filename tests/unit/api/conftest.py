@@ -1,0 +1,28 @@
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from api_fakes import FakeEngine  # noqa: E402
+
+from llm_byoc.api.app import create_app  # noqa: E402
+from llm_byoc.config import ServerConfig  # noqa: E402
+
+
+@pytest.fixture
+def engine() -> FakeEngine:
+    return FakeEngine()
+
+
+@pytest.fixture
+def config() -> ServerConfig:
+    return ServerConfig(timeout_s=5, max_payload_bytes=4096)
+
+
+@pytest.fixture
+def client(engine, config):
+    return create_app(engine, config).test_client()

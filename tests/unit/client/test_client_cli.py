@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from llm_byoc.client import EndpointClient, EndpointError
+from llm_byoc.client import cli
+
+
+class FakeTransport:
+    """Records what was sent; answers with canned bytes."""
+
+    def __init__(self, response: bytes = b"{}", chunks: list[bytes] | None = None, error: Exception | None = None):
+        self.response, self.chunks, self.error = response, chunks or [], error
+        self.sent: list[tuple[dict, str | None]] = []
+
+    def invoke(self, body: bytes, target_model: str | None) -> bytes:
+        self.sent.append((json.loads(body), target_model))
+        if self.error:
+            raise self.error
+        return self.response
+
+    def stream(self, body: bytes, target_model: str | None):
+        self.sent.append((json.loads(body), target_model))
+        yield from self.chunks
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    holder = {}
+
+    def install(transport: FakeTransport) -> FakeTransport:
+        holder["args"] = None
+
+        def make_client(args):
+            holder["args"] = args
+            return EndpointClient(transport)
+
+        monkeypatch.setattr(cli, "make_client", make_client)
+        return transport
+
+    return install
+
+
+def run(argv: list[str]) -> tuple[int, str]:
+    out = io.StringIO()
+    return cli.main(argv, out=out), out.getvalue()
+
+
+def test_stream_prints_tokens_as_they_arrive(fake):
+    tokens = ["안", "녕", "🙂"]
+    sse = "".join(f'data: {{"index": 0, "token": {{"id": {i}, "text": "{t}"}}}}\n\n' for i, t in enumerate(tokens)).encode()
+    transport = fake(FakeTransport(chunks=[sse[:5], sse[5:31], sse[31:]]))
+    code, out = run(["stream", "--endpoint", "ep", "--prompt", "hi", "--max-new-tokens", "8"])
+    assert (code, out) == (0, "안녕🙂\n")
+    assert transport.sent == [({"inputs": "hi", "parameters": {"max_new_tokens": 8}, "stream": True}, None)]
+
+
+def test_invoke_chat_with_target_model(fake):
+    transport = fake(FakeTransport(response=json.dumps({"choices": [{"message": {"content": "hey"}}]}).encode()))
+    code, out = run(["invoke", "--local", "http://x", "--chat", "--prompt", "hi", "--target-model", "m.tar.gz", "--temperature", "0.5"])
+    assert code == 0 and json.loads(out) == {"choices": [{"message": {"content": "hey"}}]}
+    assert transport.sent == [
+        ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 64, "temperature": 0.5}, "m.tar.gz")
+    ]
+
+
+def test_payload_from_file(fake, tmp_path):
+    path = tmp_path / "req.json"
+    path.write_text('{"prompt": "x", "max_tokens": 3}')
+    transport = fake(FakeTransport(response=b"[]"))
+    assert run(["invoke", "--endpoint", "ep", "--payload", f"@{path}"])[0] == 0
+    assert transport.sent == [({"prompt": "x", "max_tokens": 3}, None)]
+
+
+def test_errors_are_one_line_and_exit_1(fake, capsys):
+    fake(FakeTransport(error=EndpointError("queue is full", 429, "queue_full")))
+    code, out = run(["invoke", "--endpoint", "ep", "--prompt", "hi"])
+    err = capsys.readouterr().err
+    assert code == 1 and out == ""
+    assert err == "error: HTTP 429 queue_full: queue is full\n"
+
+
+def test_bad_payload_json_is_a_clear_error(fake, capsys):
+    fake(FakeTransport())
+    assert run(["invoke", "--endpoint", "ep", "--payload", "[1]"])[0] == 1
+    assert "must be a JSON object" in capsys.readouterr().err
+
+
+def test_endpoint_or_local_is_required():
+    with pytest.raises(SystemExit):
+        cli.main(["invoke", "--prompt", "hi"])

@@ -1,0 +1,188 @@
+"""The command end to end: moto behind it, or --dry-run with no AWS at all."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import boto3
+import pytest
+from deploy_fakes import IMAGE, ROLE_ARN, sagemaker_backend
+
+from llm_byoc.deploy.cli import main
+
+CREATE = ["create", "--name", "chat", "--image", IMAGE, "--role", ROLE_ARN,
+          "--model-data", "s3://models/chat/model.tar.gz", "--max-num-seqs", "32", "--dtype", "bfloat16",
+          "--poll", "0"]
+
+
+def run(argv: list[str]) -> tuple[int, str]:
+    out = io.StringIO()
+    return main(argv, out=out), out.getvalue()
+
+
+def dry_calls(text: str) -> list[tuple[str, str]]:
+    records = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    assert all(r["dry_run"] and r["region"] == "us-east-1" for r in records)
+    return [(r["service"], r["operation"]) for r in records]
+
+
+@pytest.fixture
+def no_credentials(monkeypatch):
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+
+
+def test_dry_run_create_prints_every_call_and_needs_no_credentials(no_credentials):
+    code, out = run(CREATE[:5] + ["--role", "my-role"] + CREATE[7:] + ["--dry-run"])
+    assert code == 0
+    assert dry_calls(out) == [
+        ("iam", "get_role"),
+        ("sagemaker", "describe_endpoint"),
+        ("sagemaker", "create_model"),
+        ("sagemaker", "create_endpoint_config"),
+        ("sagemaker", "create_endpoint"),
+    ]
+    create_model = json.loads(out.splitlines()[2])["params"]
+    assert create_model["PrimaryContainer"]["Environment"] == {"LLM_BYOC_MAX_NUM_SEQS": "32", "LLM_BYOC_DTYPE": "bfloat16"}
+    assert out.splitlines()[-1] == "chat"
+
+
+def test_dry_run_create_from_a_local_model_folder(no_credentials, tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    argv = ["create", "--name", "chat", "--image", IMAGE, "--role", ROLE_ARN, "--model-path", str(tmp_path), "--dry-run"]
+    code, out = run(argv)
+    assert code == 0
+    assert dry_calls(out) == [
+        ("sts", "get_caller_identity"), ("s3", "head_bucket"), ("s3", "upload_file"),
+        ("sagemaker", "describe_endpoint"), ("sagemaker", "create_model"),
+        ("sagemaker", "create_endpoint_config"), ("sagemaker", "create_endpoint"),
+    ]
+    upload = json.loads(out.splitlines()[2])["params"]
+    assert (upload["Bucket"], upload["Key"]) == ("sagemaker-us-east-1-123456789012", f"llm-byoc/{tmp_path.name}/model.tar.gz")
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["delete", "--name", "chat"], [("sagemaker", "describe_endpoint"), ("sagemaker", "describe_endpoint_config"),
+                                        ("sagemaker", "describe_model"),
+                                        ("application-autoscaling", "describe_scalable_targets"),
+                                        ("application-autoscaling", "deregister_scalable_target"),
+                                        ("sagemaker", "delete_endpoint"), ("sagemaker", "delete_endpoint_config"),
+                                        ("sagemaker", "delete_model")]),
+        (["autoscale", "--name", "chat", "--min", "1", "--max", "4"],
+         [("sagemaker", "describe_endpoint"), ("sagemaker", "describe_endpoint_config"), ("sagemaker", "describe_model"),
+          ("application-autoscaling", "register_scalable_target"), ("application-autoscaling", "put_scaling_policy")]),
+        (["ecr", "--repository", "llm-byoc"], [("ecr", "describe_repositories"), ("ecr", "create_repository")]),
+        (["ecr", "--login-password"], [("ecr", "get_authorization_token")]),
+        (["role", "--bucket", "models"], [("iam", "get_role"), ("iam", "create_role"), ("iam", "put_role_policy")]),
+        (["role"], [("sts", "get_caller_identity"), ("iam", "get_role"), ("iam", "create_role"),
+                    ("iam", "put_role_policy")]),
+        (["list"], [("sagemaker", "list_endpoints")]),
+    ],
+)
+def test_dry_run_lists_every_call(no_credentials, argv, expected):
+    code, out = run(argv + ["--dry-run"])
+    assert code == 0
+    assert dry_calls(out) == expected
+
+
+def test_dry_run_update(no_credentials):
+    code, out = run(["update", "--name", "chat", "--image", "new:2", "--dry-run"])
+    assert code == 0
+    assert dry_calls(out) == [
+        ("sagemaker", "describe_endpoint"), ("sagemaker", "describe_endpoint_config"), ("sagemaker", "describe_model"),
+        ("sagemaker", "create_model"), ("sagemaker", "create_endpoint_config"), ("sagemaker", "update_endpoint"),
+        ("sagemaker", "delete_endpoint_config"), ("sagemaker", "delete_model"),  # after InService, in a real run
+    ]
+    create_model = json.loads(out.splitlines()[3])["params"]
+    assert create_model["PrimaryContainer"]["Image"] == "new:2"
+
+
+def test_create_describe_autoscale_delete_against_moto(aws, capsys):
+    code, out = run(CREATE)
+    assert (code, out) == (0, "chat\n")
+    err = capsys.readouterr().err
+    assert "bills per instance-hour" in err and "chat: InService" in err
+
+    code, out = run(["describe", "--name", "chat"])
+    assert code == 0 and json.loads(out)["EndpointStatus"] == "InService"
+
+    assert run(["autoscale", "--name", "chat", "--min", "1", "--max", "3", "--target", "40"])[0] == 0
+    targets = boto3.client("application-autoscaling").describe_scalable_targets(ServiceNamespace="sagemaker")
+    assert [(t["MinCapacity"], t["MaxCapacity"]) for t in targets["ScalableTargets"]] == [(1, 3)]
+
+    code, out = run(["list"])
+    assert code == 0 and out.split()[:2] == ["chat", "InService"]
+
+    assert run(["delete", "--name", "chat"])[0] == 0
+    assert boto3.client("sagemaker").list_endpoints()["Endpoints"] == []
+    assert boto3.client("application-autoscaling").describe_scalable_targets(
+        ServiceNamespace="sagemaker")["ScalableTargets"] == []
+
+
+def test_multi_model_create_then_add_model(aws, tmp_path, capsys):
+    boto3.client("s3").create_bucket(Bucket="models")
+    code, _ = run(["create", "--name", "mme", "--image", IMAGE, "--role", ROLE_ARN, "--multi-model",
+                   "--model-data", "s3://models/mme/", "--no-wait"])
+    assert code == 0
+    model = tmp_path / "smol.gguf"
+    model.write_bytes(b"GGUF" + bytes(64))
+    code, out = run(["add-model", str(model), "--model-name", "smol", "--endpoint", "mme"])
+    assert (code, out) == (0, "smol.tar.gz\n")
+    assert boto3.client("s3").head_object(Bucket="models", Key="mme/smol.tar.gz")["ContentLength"] > 0
+    assert "--target-model smol.tar.gz" in capsys.readouterr().err
+
+
+def _one_line_error(capsys, pattern: str) -> None:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    (line,) = [line for line in err.splitlines() if line.startswith("error:")]
+    assert pattern in line, line
+
+
+def test_no_credentials_is_one_line(no_credentials, capsys):
+    assert run(["list"])[0] == 1
+    _one_line_error(capsys, "no AWS credentials found")
+
+
+def test_no_region_is_one_line(monkeypatch, capsys):
+    monkeypatch.delenv("AWS_DEFAULT_REGION")
+    assert run(["list", "--dry-run"])[0] == 1
+    _one_line_error(capsys, "no AWS region: pass --region")
+
+
+@pytest.mark.parametrize("command", [["describe"], ["delete"], ["autoscale"], ["update", "--image", "x:1"]])
+def test_unknown_endpoint_is_one_line(aws, capsys, command):
+    assert run(command[:1] + ["--name", "ghost"] + command[1:])[0] == 1
+    _one_line_error(capsys, "endpoint 'ghost' does not exist in us-east-1")
+
+
+def test_failed_endpoint_prints_sagemakers_reason(aws, capsys):
+    assert run(CREATE + ["--no-wait"])[0] == 0
+    endpoint = sagemaker_backend().endpoints["chat"]
+    endpoint.endpoint_status, endpoint.failure_reason = "Failed", "Image size 40 GB is greater than supported size"
+    assert run(["describe", "--name", "chat"])[0] == 1
+    _one_line_error(capsys, "endpoint 'chat' is Failed: Image size 40 GB is greater than supported size")
+
+
+def test_bad_setting_fails_before_any_call(capsys):
+    assert run(CREATE + ["--env", "LLM_BYOC_MAX_WAITING=-1"])[0] == 1  # no moto: a call would fail the test
+    _one_line_error(capsys, "LLM_BYOC_MAX_WAITING must be >= 0")
+
+
+def test_ecr_role_package_against_moto(aws, tmp_path):
+    code, out = run(["ecr", "--repository", "llm-byoc", "--tag", "gpu"])
+    assert (code, out) == (0, "123456789012.dkr.ecr.us-east-1.amazonaws.com/llm-byoc:gpu\n")
+
+    code, out = run(["role", "--name", "llm-byoc-sagemaker"])
+    assert (code, out) == (0, "arn:aws:iam::123456789012:role/llm-byoc-sagemaker\n")
+
+    model = tmp_path / "SmolLM2"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    code, out = run(["package", str(model)])
+    assert (code, out) == (0, "s3://sagemaker-us-east-1-123456789012/llm-byoc/SmolLM2/model.tar.gz\n")
+    head = boto3.client("s3").head_object(Bucket="sagemaker-us-east-1-123456789012", Key="llm-byoc/SmolLM2/model.tar.gz")
+    assert head["ContentLength"] > 0

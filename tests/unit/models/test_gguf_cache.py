@@ -1,0 +1,50 @@
+"""GGUF sources are converted once, keyed by path, size and modification time."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from llm_byoc.errors import ModelLoadError
+from llm_byoc.models import gguf_cache
+
+
+@pytest.fixture()
+def fake_convert(monkeypatch):
+    calls = []
+
+    def convert(gguf_path, dest):
+        calls.append(gguf_path)
+        dest.mkdir(parents=True)
+        (dest / "config.json").write_text("{}")
+        (dest / "model.safetensors").write_bytes(b"")
+        return dest
+
+    monkeypatch.setattr(gguf_cache, "convert_gguf_to_folder", convert)
+    return calls
+
+
+def test_converted_once_then_reused(tmp_path, fake_convert):
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF v1")
+    first = gguf_cache.converted_gguf_folder(gguf, tmp_path / "cache")
+    second = gguf_cache.converted_gguf_folder(gguf, tmp_path / "cache")
+    assert first == second and len(fake_convert) == 1
+
+
+def test_a_changed_file_is_converted_again(tmp_path, fake_convert):
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF v1")
+    first = gguf_cache.converted_gguf_folder(gguf, tmp_path / "cache")
+    gguf.write_bytes(b"GGUF v2, longer")
+    os.utime(gguf, ns=(1, 1))
+    second = gguf_cache.converted_gguf_folder(gguf, tmp_path / "cache")
+    assert first != second and len(fake_convert) == 2
+
+
+def test_a_file_that_is_not_gguf_is_a_load_error(tmp_path):
+    bogus = tmp_path / "bogus.gguf"
+    bogus.write_bytes(b"definitely not gguf")
+    with pytest.raises(ModelLoadError, match="cannot convert GGUF"):
+        gguf_cache.converted_gguf_folder(bogus, tmp_path / "cache")

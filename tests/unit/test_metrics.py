@@ -1,0 +1,188 @@
+"""Metrics: values after observations, the text format, and /metrics on a Flask
+app after real requests (each test has its own registry)."""
+
+from __future__ import annotations
+
+import pytest
+from flask import Flask, Response, stream_with_context
+from prometheus_client.parser import text_string_to_metric_families
+
+import llm_byoc.metrics as metrics_module
+from llm_byoc.metrics import CACHE_EVENTS, ServingMetrics, register_metrics_route
+
+
+def samples(text: str) -> dict[tuple[str, tuple], float]:
+    """{(sample name, sorted labels): value} of a Prometheus text document."""
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+@pytest.fixture
+def metrics(monkeypatch) -> ServingMetrics:
+    """A fresh instance behind the module functions, as the app sees them."""
+    fresh = ServingMetrics()
+    monkeypatch.setattr(metrics_module, "_default", fresh)
+    return fresh
+
+
+def rendered(m: ServingMetrics) -> dict:
+    body, content_type = m.render()
+    assert content_type.startswith("text/plain; version=")
+    return samples(body.decode())
+
+
+def test_latency_histograms_count_into_the_right_buckets(metrics):
+    metrics_module.observe_ttft(0.08)
+    metrics_module.observe_ttft(3.0)
+    for gap in (0.004, 0.012, 0.012):
+        metrics_module.observe_inter_token(gap)
+    metrics_module.observe_e2e(7.5)
+    s = rendered(metrics)
+    ttft = "llm_byoc_time_to_first_token_seconds"
+    assert s[(f"{ttft}_count", ())] == 2
+    assert s[(f"{ttft}_sum", ())] == pytest.approx(3.08)
+    assert s[(f"{ttft}_bucket", (("le", "0.075"),))] == 0
+    assert s[(f"{ttft}_bucket", (("le", "0.1"),))] == 1
+    assert s[(f"{ttft}_bucket", (("le", "2.5"),))] == 1
+    assert s[(f"{ttft}_bucket", (("le", "5.0"),))] == 2
+    itl = "llm_byoc_inter_token_latency_seconds"
+    assert s[(f"{itl}_bucket", (("le", "0.005"),))] == 1
+    assert s[(f"{itl}_bucket", (("le", "0.015"),))] == 3
+    assert s[("llm_byoc_e2e_request_latency_seconds_bucket", (("le", "10.0"),))] == 1
+
+
+def test_counters_and_gauges(metrics):
+    metrics_module.add_generated_tokens(5)
+    metrics_module.add_generated_tokens(7)
+    metrics_module.add_generated_tokens(0)
+    metrics_module.add_prompt_tokens(30)
+    metrics_module.set_queue(waiting=3, running=8)
+    metrics_module.set_kv_cache_usage(0.625)
+    metrics_module.observe_model_load("smollm2", 1.2)
+    metrics_module.observe_model_load("smollm2", 0.4)
+    metrics_module.observe_model_load("minilm", 0.2)
+    for kind in ("hit", "hit", "miss", "eviction"):
+        metrics_module.mme_cache_event(kind)
+    metrics_module.set_models_loaded(2)
+    s = rendered(metrics)
+    assert s[("llm_byoc_generated_tokens_total", ())] == 12
+    assert s[("llm_byoc_prompt_tokens_total", ())] == 30
+    assert s[("llm_byoc_num_requests_waiting", ())] == 3
+    assert s[("llm_byoc_num_requests_running", ())] == 8
+    assert s[("llm_byoc_kv_cache_usage_ratio", ())] == 0.625
+    assert s[("llm_byoc_model_load_seconds_count", (("model", "smollm2"),))] == 2
+    assert s[("llm_byoc_model_load_seconds_sum", (("model", "smollm2"),))] == pytest.approx(1.6)
+    assert s[("llm_byoc_model_load_seconds_count", (("model", "minilm"),))] == 1
+    assert s[("llm_byoc_model_cache_hits_total", ())] == 2
+    assert s[("llm_byoc_model_cache_misses_total", ())] == 1
+    assert s[("llm_byoc_model_cache_evictions_total", ())] == 1
+    assert s[("llm_byoc_models_loaded", ())] == 2
+
+
+def test_kv_cache_usage_is_clamped_and_unknown_cache_events_refused(metrics):
+    metrics_module.set_kv_cache_usage(1.7)
+    assert rendered(metrics)[("llm_byoc_kv_cache_usage_ratio", ())] == 1.0
+    with pytest.raises(ValueError):
+        metrics_module.mme_cache_event("warm")
+    assert set(CACHE_EVENTS) == {"hit", "miss", "eviction"}
+
+
+def test_instances_do_not_share_values():
+    a, b = ServingMetrics(), ServingMetrics()
+    a.tokens.inc(3)
+    assert rendered(a)[("llm_byoc_generated_tokens_total", ())] == 3
+    assert rendered(b)[("llm_byoc_generated_tokens_total", ())] == 0
+
+
+def make_app(m: ServingMetrics, refresh=None) -> Flask:
+    app = Flask("metrics-test")
+
+    @app.post("/invocations")
+    def invocations():
+        def tokens():
+            for i in range(3):
+                yield f"data: {i}\n\n"
+
+        return Response(stream_with_context(tokens()), content_type="text/event-stream")
+
+    @app.get("/models/<name>")
+    def describe(name):
+        if name == "missing":
+            return {"error": "no such model", "type": "model_not_found"}, 404
+        return {"name": name}
+
+    register_metrics_route(app, refresh=refresh, metrics=m)
+    return app
+
+
+def get_metrics_text(client) -> dict:
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    assert response.content_type.startswith("text/plain")
+    return samples(response.get_data(as_text=True))
+
+
+def test_metrics_route_counts_real_requests_by_route_rule_and_status():
+    m = ServingMetrics()
+    client = make_app(m).test_client()
+    for _ in range(2):
+        response = client.post("/invocations", json={"inputs": "hi"})
+        assert response.get_data(as_text=True).count("data:") == 3  # the stream was read to its end
+        response.close()
+    for name in ("a", "b", "missing"):
+        client.get(f"/models/{name}").close()
+    client.get("/nowhere").close()
+    s = get_metrics_text(client)
+    requests = "llm_byoc_requests_total"
+    assert s[(requests, (("route", "/invocations"), ("status", "200")))] == 2
+    assert s[(requests, (("route", "/models/<name>"), ("status", "200")))] == 2  # the rule, not /models/a
+    assert s[(requests, (("route", "/models/<name>"), ("status", "404")))] == 1
+    assert s[(requests, (("route", "<unmatched>"), ("status", "404")))] == 1
+    assert not any(labels and ("route", "/metrics") in labels for _, labels in s)
+    assert s[("llm_byoc_request_duration_seconds_count", (("route", "/invocations"),))] == 2
+
+
+def test_refresh_runs_at_scrape_time_and_its_failure_does_not_break_metrics():
+    m = ServingMetrics()
+    calls = []
+
+    def refresh():
+        calls.append(1)
+        m.waiting.set(len(calls))
+
+    client = make_app(m, refresh=refresh).test_client()
+    assert get_metrics_text(client)[("llm_byoc_num_requests_waiting", ())] == 1
+    assert get_metrics_text(client)[("llm_byoc_num_requests_waiting", ())] == 2
+
+    def broken():
+        raise RuntimeError("engine is gone")
+
+    client = make_app(ServingMetrics(), refresh=broken).test_client()
+    assert ("llm_byoc_generated_tokens_total", ()) in get_metrics_text(client)
+
+
+def test_multiprocess_mode_adds_up_every_worker(monkeypatch, tmp_path):
+    """gunicorn workers each write their own files; /metrics sums them all."""
+    from prometheus_client import values
+
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    workers = []
+    for pid in (1001, 1002):
+        monkeypatch.setattr(values, "ValueClass", values.MultiProcessValue(process_identifier=lambda pid=pid: pid))
+        workers.append(ServingMetrics())
+    assert metrics_module.multiprocess_mode()
+    workers[0].tokens.inc(5)
+    workers[1].tokens.inc(7)
+    workers[0].observe_request("/invocations", 200, 0.5)
+    workers[1].observe_request("/invocations", 200, 1.5)
+    workers[1].waiting.set(4)
+    s = rendered(workers[0])
+    assert s[("llm_byoc_generated_tokens_total", ())] == 12
+    assert s[("llm_byoc_requests_total", (("route", "/invocations"), ("status", "200")))] == 2
+    assert s[("llm_byoc_request_duration_seconds_sum", (("route", "/invocations"),))] == pytest.approx(2.0)
+    assert s[("llm_byoc_num_requests_waiting", ())] == 4
+    metrics_module.mark_process_dead(1002)  # gunicorn child_exit: counters stay, live files go
+    assert rendered(workers[0])[("llm_byoc_generated_tokens_total", ())] == 12

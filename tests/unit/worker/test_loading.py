@@ -1,0 +1,76 @@
+"""Worker model loading: supported families, context limits, ModelInfo."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, MistralConfig, Qwen2Config
+
+from fixtures.step_driver import Request, drive
+from llm_byoc.config import EngineConfig
+from llm_byoc.errors import ModelLoadError
+from llm_byoc.protocol import SamplingParams
+from llm_byoc.worker.loading import load_model
+from llm_byoc.worker.runner import ModelRunner
+from worker_reference import hf_greedy
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+def _folder_like(tiny_llama_dir, tmp_path, name, model) -> str:
+    """Save ``model`` with the tiny llama's tokenizer into a new folder."""
+    folder = tmp_path / name
+    model.save_pretrained(folder)
+    for file in TOKENIZER_FILES:
+        shutil.copy(tiny_llama_dir / file, folder / file)
+    return str(folder)
+
+
+def test_unsupported_family_is_refused_before_loading_weights(tiny_llama_dir, tmp_path):
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=384, n_positions=64))
+    folder = _folder_like(tiny_llama_dir, tmp_path, "gpt2", model)
+    with pytest.raises(ModelLoadError, match="'gpt2' is not supported; supported: llama, mistral, opt, qwen2"):
+        load_model(EngineConfig(model=folder))
+
+
+def test_context_longer_than_the_model_is_refused(tiny_opt_dir):
+    with pytest.raises(ModelLoadError, match="exceeds the model's max_position_embeddings"):
+        load_model(EngineConfig(model=str(tiny_opt_dir), max_model_len=1024))
+
+
+def test_model_info(tiny_llama_dir):
+    info = load_model(EngineConfig(model=str(tiny_llama_dir), max_num_seqs=5, max_model_len=128)).info
+    assert (info.model_type, info.max_model_len, info.num_slots, info.dtype) == ("llama", 128, 5, "float32")
+    assert info.vocab_size == 384 and info.eos_token_ids == [2] and info.param_bytes > 0
+    assert info.kv_cache_bytes == 2 * 2 * 2 * 16 * 4 * 5 * 128  # K+V, layers, kv heads, head dim, fp32, slots, len
+
+
+@pytest.mark.parametrize("family", ["qwen2", "mistral"])
+def test_llama_like_families_match_generate(family, tiny_llama_dir, tmp_path):
+    common = dict(
+        vocab_size=384, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False,
+    )
+    if family == "qwen2":
+        config = Qwen2Config(**common)
+    else:
+        config = MistralConfig(sliding_window=None, **common)
+    torch.manual_seed(0)
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_config(config)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(8.0)
+        for name, param in model.named_parameters():
+            if name.endswith("proj.bias"):  # qwen2's q/k/v biases: make them matter
+                param.normal_(0, 0.5)
+    folder = _folder_like(tiny_llama_dir, tmp_path, family, model)
+    runner = ModelRunner.from_config(EngineConfig(model=folder, max_num_seqs=2))
+    prompts = [[5, 9, 30, 41, 7, 100, 200], [17, 4, 99]]
+    requests = [Request(f"r{i}", p, SamplingParams(max_new_tokens=10), i) for i, p in enumerate(prompts)]
+    result = drive(runner, requests, num_slots=2, token_budget=5, eos_token_ids=(2,))
+    for request in requests:
+        assert result.outputs[request.seq_id] == hf_greedy(folder, request.prompt, 10)

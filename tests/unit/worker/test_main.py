@@ -1,0 +1,94 @@
+"""The worker's message loop over a real Pipe (in a thread: no process start)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+
+import pytest
+
+from llm_byoc import protocol
+from llm_byoc.config import EngineConfig
+from llm_byoc.protocol import (
+    HealthRequest,
+    NewSequence,
+    SamplingParams,
+    ScheduledChunk,
+    Shutdown,
+    StepBatch,
+    StepOutput,
+    WorkerFailure,
+    WorkerReady,
+)
+from llm_byoc.worker.main import run_worker, serve
+from llm_byoc.worker.runner import ModelRunner
+
+
+@pytest.fixture()
+def link(tiny_llama_dir):
+    parent, child = multiprocessing.Pipe()
+    runner = ModelRunner.from_config(EngineConfig(model=str(tiny_llama_dir), max_num_seqs=2))
+    thread = threading.Thread(target=serve, args=(child, runner), daemon=True)
+    thread.start()
+    yield parent, thread
+    parent.close()
+    thread.join(5)
+
+
+def _call(conn, message):
+    conn.send_bytes(protocol.encode(message))
+    assert conn.poll(30), "no answer from the worker loop"
+    return protocol.decode(conn.recv_bytes())
+
+
+def _first_step() -> StepBatch:
+    chunk = ScheduledChunk("a", [5, 6, 7, 8], 0, True)
+    return StepBatch(1, [NewSequence("a", SamplingParams(logprobs=True))], [chunk])
+
+
+def test_step_then_shutdown(link):
+    conn, thread = link
+    out = _call(conn, _first_step())
+    assert isinstance(out, StepOutput) and out.step_id == 1
+    assert [s.seq_id for s in out.samples] == ["a"] and out.samples[0].logprob <= 0
+    conn.send_bytes(protocol.encode(Shutdown()))
+    thread.join(5)
+    assert not thread.is_alive()
+
+
+def test_bad_messages_are_answered_and_the_loop_keeps_serving(link):
+    conn, thread = link
+    conn.send_bytes(b"\x00not json")
+    assert conn.poll(10)
+    failure = protocol.decode(conn.recv_bytes())
+    assert isinstance(failure, WorkerFailure) and not failure.fatal and "bad message" in failure.message
+    assert isinstance(_call(conn, HealthRequest()), WorkerFailure)
+    bad_step = StepBatch(2, [], [ScheduledChunk("ghost", [1], 0, True)])
+    failure = _call(conn, bad_step)
+    assert isinstance(failure, WorkerFailure) and "ghost" in failure.message and not failure.fatal
+    assert isinstance(_call(conn, _first_step()), StepOutput)  # still serving
+
+
+def test_closed_connection_ends_the_loop(link):
+    conn, thread = link
+    conn.close()
+    thread.join(5)
+    assert not thread.is_alive()
+
+
+def test_load_failure_is_reported_as_fatal(tmp_path):
+    parent, child = multiprocessing.Pipe()
+    run_worker(child, EngineConfig(model=str(tmp_path / "missing")))
+    failure = protocol.decode(parent.recv_bytes())
+    assert isinstance(failure, WorkerFailure) and failure.fatal
+    assert failure.error_type == "model_load_error" and "missing" in failure.message
+
+
+def test_run_worker_sends_ready_first(tiny_opt_dir):
+    parent, child = multiprocessing.Pipe()
+    parent.send_bytes(protocol.encode(Shutdown()))  # queued: the worker exits right after loading
+    run_worker(child, EngineConfig(model=str(tiny_opt_dir), max_num_seqs=3, num_threads=1))
+    ready = protocol.decode(parent.recv_bytes())
+    assert isinstance(ready, WorkerReady)
+    assert ready.info.model_type == "opt" and ready.info.num_slots == 3
+    assert ready.info.model_path == str(tiny_opt_dir) and ready.info.eos_token_ids == [2]
