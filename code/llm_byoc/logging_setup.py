@@ -23,9 +23,10 @@ import re
 import sys
 import time
 import uuid
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import IO, Iterator, Mapping
+from typing import IO
 
 SAGEMAKER_INFERENCE_ID_HEADER = "X-Amzn-SageMaker-Inference-Id"
 REQUEST_ID_HEADER = "X-Request-Id"

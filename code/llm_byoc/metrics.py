@@ -19,10 +19,18 @@ import logging
 import os
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess, values
-from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+    values,
+)
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +110,49 @@ def get_metrics() -> ServingMetrics:
     return _default
 
 
+class RequestTimer:
+    """Latency metrics of one generation request, fed its token events.
+
+        timer = RequestTimer()               # when the request arrives
+        timer.on_token(event.index)          # for each event with a token id
+        timer.finish()                       # when the stream or result is done
+
+    TTFT is observed at the first token of the request, each later token of
+    a prompt adds one inter-token gap (gaps are per prompt, never across
+    prompts), and ``finish`` observes the end-to-end time once.
+    """
+
+    def __init__(self, metrics: ServingMetrics | None = None, clock: Callable[[], float] = time.perf_counter):
+        self._metrics = metrics
+        self._clock = clock
+        self._start = clock()
+        self._last: dict[int, float] = {}
+        self._finished = False
+
+    def _m(self) -> ServingMetrics:
+        return self._metrics if self._metrics is not None else get_metrics()
+
+    def on_token(self, index: int = 0) -> None:
+        now = self._clock()
+        m = self._m()
+        if not self._last:
+            m.ttft.observe(now - self._start)
+        elif index in self._last:
+            m.itl.observe(now - self._last[index])
+        self._last[index] = now
+        m.tokens.inc()
+
+    def on_tokens(self, count: int) -> None:
+        """A non-streamed result: only the token count is known."""
+        if count > 0:
+            self._m().tokens.inc(count)
+
+    def finish(self) -> None:
+        if not self._finished:
+            self._finished = True
+            self._m().e2e.observe(self._clock() - self._start)
+
+
 # --- what the serving code calls ------------------------------------------
 
 
@@ -163,6 +214,33 @@ def mark_process_dead(pid: int) -> None:
     """gunicorn ``child_exit`` hook: drop a dead worker's live gauges."""
     if os.environ.get(ENV_PROMETHEUS_MULTIPROC_DIR):
         multiprocess.mark_process_dead(pid)
+
+
+def engine_refresher(engine, metrics: ServingMetrics | None = None) -> Callable[[], None]:
+    """A ``refresh`` for ``register_metrics_route`` that reads ``engine.health()``.
+
+    Sets the queue gauges, the KV cache use (running sequences over KV cache
+    slots: the worker gives each running sequence one slot) and, once the
+    model is loaded, observes its load time once per process.
+    """
+    load_seen = threading.Event()
+
+    def refresh() -> None:
+        m = metrics if metrics is not None else get_metrics()
+        health = engine.health()
+        m.waiting.set(health.num_waiting)
+        m.running.set(health.num_running)
+        info = health.info
+        if info is None:
+            return
+        if info.num_slots:
+            m.kv_cache.set(min(1.0, health.num_running / info.num_slots))
+        if not load_seen.is_set():
+            load_seen.set()
+            name = os.path.basename(info.model_path.rstrip("/")) or info.model_path
+            m.model_load.labels(model=name).observe(info.load_time_s)
+
+    return refresh
 
 
 def register_metrics_route(

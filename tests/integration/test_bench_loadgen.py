@@ -13,7 +13,6 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-
 from llm_byoc.bench.loadgen import main
 
 TTFT_S = 0.15

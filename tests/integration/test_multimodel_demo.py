@@ -12,10 +12,15 @@ import math
 
 import pytest
 from flask import Flask
-
 from llm_byoc.api.errors import register_error_handlers
 from llm_byoc.config import EngineConfig, MultiModelConfig
-from llm_byoc.multimodel.demo_repository import EMBEDDING_NAME, IMAGE_NAME, LLM_NAME, build_demo_repository, drawn_test_image
+from llm_byoc.multimodel.demo_repository import (
+    EMBEDDING_NAME,
+    IMAGE_NAME,
+    LLM_NAME,
+    build_demo_repository,
+    drawn_test_image,
+)
 from llm_byoc.multimodel.routes import TARGET_MODEL_HEADER, model_manager, register_multi_model_routes
 
 pytestmark = [

@@ -22,16 +22,15 @@ from flask import Flask
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "multimodel"))
 
-from mme_tiny_models import build_tiny_embedder, build_tiny_onnx, png_bytes  # noqa: E402
-
-from llm_byoc.api.errors import register_error_handlers  # noqa: E402
-from llm_byoc.config import EngineConfig, MultiModelConfig  # noqa: E402
-from llm_byoc.errors import EngineDead  # noqa: E402
-from llm_byoc.multimodel.messages import Invocation  # noqa: E402
-from llm_byoc.multimodel.model_engine import ProcessWorkerFactory  # noqa: E402
-from llm_byoc.multimodel.routes import model_manager, register_multi_model_routes  # noqa: E402
-from llm_byoc.multimodel.store import describe_model  # noqa: E402
-from llm_byoc.multimodel.worker_client import ModelWorker  # noqa: E402
+from llm_byoc.api.errors import register_error_handlers
+from llm_byoc.config import EngineConfig, MultiModelConfig
+from llm_byoc.errors import EngineDead
+from llm_byoc.multimodel.messages import Invocation
+from llm_byoc.multimodel.model_engine import ProcessWorkerFactory
+from llm_byoc.multimodel.routes import model_manager, register_multi_model_routes
+from llm_byoc.multimodel.store import describe_model
+from llm_byoc.multimodel.worker_client import ModelWorker
+from mme_tiny_models import build_tiny_embedder, build_tiny_onnx, png_bytes
 
 MiB = 1024 * 1024
 RED = (250, 5, 5)
@@ -148,6 +147,8 @@ def test_corrupt_folder_is_a_clear_error_and_others_keep_serving(app_and_factory
     assert "broken" in response.json["error"]
     assert classify(client, "broken").json["type"] == "model_load_error"
     assert classify(client, "alpha").status_code == 200
+    listed = {m["model_name"]: m for m in client.get("/models").json["models"]}
+    assert listed["broken"]["state"] == "failed" and "broken" in listed["broken"]["error"]
 
 
 def test_concurrent_first_requests_start_one_worker(app_and_factory):
@@ -202,3 +203,26 @@ def test_text_embedding_worker(tmp_path):
     finally:
         model_manager(app).shutdown()
     assert json.loads(client.get("/ping").data)["loaded"] == 0
+
+
+@pytest.mark.slow
+def test_causal_lm_worker_serves_concurrent_requests(tmp_path, tiny_llama_dir):
+    import shutil
+
+    shutil.copytree(tiny_llama_dir, tmp_path / "tiny-llama")
+    app, _ = make_app(tmp_path)
+    client = app.test_client()
+    try:
+        bodies = [{"inputs": f"Hello world {i}", "parameters": {"max_new_tokens": 5, "details": True}} for i in range(4)]
+        with ThreadPoolExecutor(4) as pool:
+            responses = list(pool.map(lambda b: client.post("/models/tiny-llama/invoke", json=b), bodies))
+        assert [r.status_code for r in responses] == [200] * 4, responses[0].json
+        assert all(r.json[0]["details"]["generated_tokens"] <= 5 for r in responses)
+        chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+        assert client.post("/models/tiny-llama/invoke", json=chat).status_code == 200
+        bad = client.post("/models/tiny-llama/invoke", json={"inputs": "x", "parameters": {"max_new_tokens": 0}})
+        assert bad.status_code == 400
+        assert client.post("/models/tiny-llama/invoke", data=png_bytes(RED), content_type="image/png").status_code == 415
+        assert client.get("/models/tiny-llama").json["task"] == "causal-lm"
+    finally:
+        model_manager(app).shutdown()

@@ -56,7 +56,12 @@ class Server:
 
 @pytest.fixture(scope="module")
 def server(tiny_llama_dir, tmp_path_factory):
-    server = Server(tiny_llama_dir, tmp_path_factory.mktemp("serve") / "serve.log", LLM_BYOC_GRACEFUL_TIMEOUT="30")
+    server = Server(
+        tiny_llama_dir,
+        tmp_path_factory.mktemp("serve") / "serve.log",
+        LLM_BYOC_GRACEFUL_TIMEOUT="30",
+        SAGEMAKER_MODEL_SERVER_WORKERS="2",  # two HTTP workers share the one engine
+    )
     try:
         wait_for_ping(server.url, STARTUP_S, server.proc)
     except AssertionError:
@@ -74,6 +79,17 @@ def test_ping_and_execution_parameters(server):
     assert requests.get(f"{server.url}/ping", timeout=2).status_code == 200
     params = requests.get(f"{server.url}/execution-parameters", timeout=2).json()
     assert params["BatchStrategy"] == "SINGLE_RECORD" and params["MaxPayloadInMB"] == 6
+
+
+def test_one_engine_behind_two_http_workers(server):
+    children = children_of(server.proc.pid)
+    engines = [pid for pid, cmd in children.items() if "llm_byoc.engine.server" in cmd]
+    masters = [pid for pid, cmd in children.items() if "gunicorn" in cmd]
+    assert len(engines) == 1 and len(masters) == 1
+    assert len(children_of(masters[0])) == 2
+    # whichever worker takes a connection, it is connected to the engine
+    statuses = {requests.get(f"{server.url}/ping", timeout=2).status_code for _ in range(20)}
+    assert statuses == {200}
 
 
 def test_tgi_plain_and_streamed(server):

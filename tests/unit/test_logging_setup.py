@@ -7,7 +7,6 @@ import threading
 
 import pytest
 from flask import Flask, Response, stream_with_context
-
 from llm_byoc.logging_setup import (
     REQUEST_ID_HEADER,
     SAGEMAKER_INFERENCE_ID_HEADER,

@@ -3,12 +3,11 @@ app after real requests (each test has its own registry)."""
 
 from __future__ import annotations
 
+import llm_byoc.metrics as metrics_module
 import pytest
 from flask import Flask, Response, stream_with_context
-from prometheus_client.parser import text_string_to_metric_families
-
-import llm_byoc.metrics as metrics_module
 from llm_byoc.metrics import CACHE_EVENTS, ServingMetrics, register_metrics_route
+from prometheus_client.parser import text_string_to_metric_families
 
 
 def samples(text: str) -> dict[tuple[str, tuple], float]:
@@ -186,3 +185,69 @@ def test_multiprocess_mode_adds_up_every_worker(monkeypatch, tmp_path):
     assert s[("llm_byoc_num_requests_waiting", ())] == 4
     metrics_module.mark_process_dead(1002)  # gunicorn child_exit: counters stay, live files go
     assert rendered(workers[0])[("llm_byoc_generated_tokens_total", ())] == 12
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_request_timer_observes_ttft_per_prompt_gaps_and_e2e_once():
+    m, clock = ServingMetrics(), FakeClock()
+    timer = metrics_module.RequestTimer(m, clock)
+    for at, index in ((100.3, 0), (100.35, 1), (100.4, 0), (100.5, 1), (100.55, 0)):
+        clock.now = at
+        timer.on_token(index)
+    clock.now = 101.0
+    timer.finish()
+    timer.finish()
+    s = rendered(m)
+    assert s[("llm_byoc_time_to_first_token_seconds_count", ())] == 1
+    assert s[("llm_byoc_time_to_first_token_seconds_sum", ())] == pytest.approx(0.3)
+    # prompt 0: 0.1, 0.15; prompt 1: 0.15 (its first token is not a gap, nor is the request's first)
+    assert s[("llm_byoc_inter_token_latency_seconds_count", ())] == 3
+    assert s[("llm_byoc_inter_token_latency_seconds_sum", ())] == pytest.approx(0.4)
+    assert s[("llm_byoc_e2e_request_latency_seconds_count", ())] == 1
+    assert s[("llm_byoc_e2e_request_latency_seconds_sum", ())] == pytest.approx(1.0)
+    assert s[("llm_byoc_generated_tokens_total", ())] == 5
+
+
+def test_request_timer_for_a_non_streamed_result():
+    m, clock = ServingMetrics(), FakeClock()
+    timer = metrics_module.RequestTimer(m, clock)
+    timer.on_tokens(12)
+    clock.now = 102.5
+    timer.finish()
+    s = rendered(m)
+    assert s[("llm_byoc_generated_tokens_total", ())] == 12
+    assert s[("llm_byoc_time_to_first_token_seconds_count", ())] == 0
+    assert s[("llm_byoc_e2e_request_latency_seconds_sum", ())] == pytest.approx(2.5)
+
+
+def test_engine_refresher_copies_health_into_gauges_and_the_load_time_once():
+    from llm_byoc.protocol import EngineState, HealthReport, ModelInfo
+
+    info = ModelInfo("llama", "/opt/ml/model/smollm2/", 49152, 4096, [2], "cpu", "float32", num_slots=16, load_time_s=1.25)
+    reports = iter([HealthReport(EngineState.LOADING), HealthReport(EngineState.READY, info=info, num_waiting=5, num_running=12),
+                    HealthReport(EngineState.READY, info=info, num_waiting=0, num_running=4)])
+
+    class Engine:
+        def health(self):
+            return next(reports)
+
+    m = ServingMetrics()
+    refresh = metrics_module.engine_refresher(Engine(), m)
+    refresh()  # still loading: queue gauges only, no load time yet
+    assert not any(name.startswith("llm_byoc_model_load_seconds") for name, _ in rendered(m))
+    refresh()
+    s = rendered(m)
+    assert s[("llm_byoc_num_requests_waiting", ())] == 5 and s[("llm_byoc_num_requests_running", ())] == 12
+    assert s[("llm_byoc_kv_cache_usage_ratio", ())] == 0.75
+    refresh()
+    s = rendered(m)
+    assert s[("llm_byoc_kv_cache_usage_ratio", ())] == 0.25
+    assert s[("llm_byoc_model_load_seconds_count", (("model", "smollm2"),))] == 1
+    assert s[("llm_byoc_model_load_seconds_sum", (("model", "smollm2"),))] == 1.25

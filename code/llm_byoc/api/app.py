@@ -58,7 +58,11 @@ def create_app(engine: Any, config: ServerConfig) -> Flask:
         if invocation.stream:
             g.streaming = True
             frames = stream_frames(handle, invocation.stream_writer(ctx), config.timeout_s, request_log)
-            return Response(stream_with_context(frames), mimetype=SSE_MIMETYPE, headers=sse_headers())
+            response = Response(stream_with_context(frames), mimetype=SSE_MIMETYPE, headers=sse_headers())
+            # A body closed before its first chunk never runs the generator's cleanup:
+            # abort here too (a no-op once every sequence finished).
+            response.call_on_close(handle.abort)
+            return response
         try:
             results = handle.result(timeout_s=config.timeout_s)
         except BaseException:

@@ -105,11 +105,12 @@ class OpenAIStreamWriter:
         self._prompt_tokens[event.index] = event.prompt_tokens
         self._completion_tokens[event.index] = event.completion_tokens
         reason = finish_reason(event.finish_reason) if event.finish_reason else None
-        if event.text or reason:
-            content = {"content": event.text} if self._inv.chat else event.text
-            if self._inv.chat and not event.text:
-                content = {}
-            yield self._chunk(event.index, content, reason)
+        if not (event.text or reason):
+            return  # text held back (half a character, a possible stop string)
+        if self._inv.chat:
+            yield self._chunk(event.index, {"content": event.text} if event.text else {}, reason)
+        else:
+            yield self._chunk(event.index, event.text, reason)
 
     def finish(self) -> Iterator[Any]:
         if self._inv.include_usage:

@@ -49,8 +49,15 @@ def stream_frames(handle: Any, writer: StreamWriter, timeout_s: float, request_l
         yield sse_event({"error": "internal server error", "type": "internal_error"})
     finally:
         if not finished:
-            handle.abort()
+            _abort(handle, request_log.request_id)
         request_log.finish(200, stream_status=status)
+
+
+def _abort(handle: Any, request_id: str) -> None:
+    try:
+        handle.abort()
+    except Exception:  # the engine may already be gone; the stream is over either way
+        log.warning("aborting %s failed", request_id, exc_info=True)
 
 
 def _frames(payloads: Iterator[Any]) -> Iterator[bytes]:

@@ -62,7 +62,7 @@ class TGIInvocation:
         return [self._one(result, ctx) for result in results]
 
     def _one(self, result: GenerationResult, ctx: ResponseContext) -> dict:
-        out: dict[str, Any] = {"generated_text": self._full_text(result.index, result.text)}
+        out: dict[str, Any] = {"generated_text": self.full_text(result.index, result.text)}
         if self.details:
             last = result.token_ids[-1] if result.token_ids else None
             out["details"] = {
@@ -74,7 +74,7 @@ class TGIInvocation:
             }
         return out
 
-    def _full_text(self, index: int, text: str) -> str:
+    def full_text(self, index: int, text: str) -> str:
         return self.prompts[index] + text if self.return_full_text else text
 
     def stream_writer(self, ctx: ResponseContext) -> "TGIStreamWriter":
@@ -100,7 +100,7 @@ class TGIStreamWriter:
             "details": None,
         }
         if event.finish_reason is not None:
-            payload["generated_text"] = self._inv._full_text(event.index, "".join(pieces))
+            payload["generated_text"] = self._inv.full_text(event.index, "".join(pieces))
             payload["details"] = {
                 "finish_reason": finish_reason(event.finish_reason, event.token_id, self._ctx),
                 "generated_tokens": event.completion_tokens,

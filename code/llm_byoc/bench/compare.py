@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from .runner import RunResult
 from .stats import RunSummary, distribution, summarize

@@ -19,8 +19,9 @@ import datetime
 import sys
 from pathlib import Path
 
+from ..client.errors import EndpointError
 from .report import build_document, format_summary, write_json, write_png
-from .runner import RunPlan, RunResult, Runner
+from .runner import Runner, RunPlan, RunResult
 from .stats import summarize
 from .targets import APIS, HttpTarget, SageMakerTarget
 from .workload import PRESETS, ArrivalProcess, LengthProfile, LengthRange, RequestSource
@@ -128,7 +129,8 @@ def _out_prefix(args: argparse.Namespace) -> Path:
 def _baselines(args: argparse.Namespace, specs, results: list[RunResult]) -> dict | None:
     if not args.baselines:
         return None
-    from .compare import format_baselines, run_baselines  # torch/transformers only when asked
+    # torch and transformers are imported only when baselines are asked for
+    from .compare import format_baselines, run_baselines
 
     if args.endpoint:
         print("note: the baselines run on this machine, not on the endpoint's instance; "
@@ -142,14 +144,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        if args.baselines and not args.model:
-            raise ValueError("--baselines needs --model PATH (the model the server runs)")
+        if args.baselines and not (args.model and Path(args.model).is_dir()):
+            raise ValueError("--baselines needs --model PATH, the model folder the server runs")
         if args.baseline_requests < 1 or args.baseline_batch_size < 1 or args.baseline_threads < 0:
             raise ValueError("--baseline-requests and --baseline-batch-size must be >= 1, --baseline-threads >= 0")
         plans = _plans(args)
         target = _target(args)
         profiles = _profiles(args)
-    except ValueError as exc:
+    except (ValueError, EndpointError) as exc:
         parser.error(str(exc))
     source = RequestSource(profiles, args.seed)
     runner = Runner(target, source, progress=not args.no_progress)
@@ -159,8 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         results.append(result)
         print(format_summary(plan.label, summarize(result.records, result.warmup_end_s)), flush=True)
     baselines = _baselines(args, source.first(args.baseline_requests), results)
-    config = {key: value for key, value in vars(args).items()}
-    document = build_document(config, results, baselines)
+    document = build_document(dict(vars(args)), results, baselines)
     prefix = _out_prefix(args)
     json_path, png_path = Path(f"{prefix}.json"), Path(f"{prefix}.png")
     write_json(document, json_path)

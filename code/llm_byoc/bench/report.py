@@ -10,12 +10,20 @@ from __future__ import annotations
 
 import datetime
 import json
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Sequence
 
 from .runner import RunResult
-from .stats import RequestRecord, RunSummary, cdf_points, e2e_latency, inter_token_latencies, summarize, ttft
+from .stats import (
+    RequestRecord,
+    RunSummary,
+    cdf_points,
+    e2e_latency,
+    inter_token_latencies,
+    summarize,
+    ttft,
+)
 
 SCHEMA_VERSION = 1
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Iterable, Sequence
 
 PERCENTILES = (50.0, 90.0, 99.0)
 

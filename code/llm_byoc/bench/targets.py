@@ -18,7 +18,8 @@ import ipaddress
 import json
 import socket
 import time
-from typing import Iterator, Protocol
+from collections.abc import Iterator
+from typing import Protocol
 from urllib.parse import quote, urlsplit
 
 from ..client.errors import EndpointError, StreamError
@@ -96,7 +97,7 @@ class HttpTarget:
         try:
             response, sock = self._send(conn, body)
             yield from self._read_events(sock, response, deadline)
-        except socket.timeout:
+        except TimeoutError:
             raise RequestFailed("timeout", f"no data within {timeout_s:.0f} s") from None
         except (ConnectionError, http.client.HTTPException, OSError) as exc:
             raise RequestFailed("connection", f"{type(exc).__name__}: {exc}") from None

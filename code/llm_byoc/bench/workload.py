@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 _WORDS = (
     "the of and to in is was for on that with as by at from his her they this "
@@ -40,7 +40,7 @@ class LengthRange:
             raise ValueError(f"length range must satisfy 1 <= low <= high, not {self.low}:{self.high}")
 
     @classmethod
-    def parse(cls, text: str) -> "LengthRange":
+    def parse(cls, text: str) -> LengthRange:
         """'128' (fixed) or '64:256' (uniform, inclusive)."""
         parts = text.split(":")
         try:

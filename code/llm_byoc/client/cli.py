@@ -1,15 +1,16 @@
 """``python -m llm_byoc.client invoke|stream``: call an endpoint by hand.
 
-    python -m llm_byoc.client stream --endpoint llm-byoc-smollm2 --prompt "Hello"
-    python -m llm_byoc.client invoke --local http://localhost:8080 --chat --prompt "Hi"
-    python -m llm_byoc.client invoke --endpoint my-mme --target-model smollm2.tar.gz --prompt "Hi"
-    python -m llm_byoc.client invoke --endpoint EP --payload '{"inputs": "Hi"}'
+python -m llm_byoc.client stream --endpoint llm-byoc-smollm2 --prompt "Hello"
+python -m llm_byoc.client invoke --local http://localhost:8080 --chat --prompt "Hi"
+python -m llm_byoc.client invoke --endpoint my-mme --target-model smollm2.tar.gz --prompt "Hi"
+python -m llm_byoc.client invoke --endpoint EP --payload '{"inputs": "Hi"}'
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import TextIO
 
@@ -65,18 +66,32 @@ def make_client(args: argparse.Namespace) -> EndpointClient:
 
 
 def print_stream(client: EndpointClient, payload: dict, args: argparse.Namespace, out: TextIO) -> None:
-    current = 0
+    """Prompt 0 streams live; other prompts of a batch print whole, labelled, once the stream ends."""
+    prompts = payload.get("inputs", payload.get("prompt"))
+    batch = isinstance(prompts, list) and len(prompts) > 1
+    others: dict[int, list[str]] = {}
+    if batch and not args.raw:
+        out.write("[0] ")
     for event in client.stream(payload, target_model=args.target_model):
         if args.raw:
             print(json.dumps(event.raw, ensure_ascii=False), file=out, flush=True)
-            continue
-        if event.index != current:  # several prompts: label each switch of prompt
-            out.write(f"\n[{event.index}] ")
-            current = event.index
-        out.write(event.text)
-        out.flush()
+        elif event.index == 0:
+            out.write(event.text)
+            out.flush()
+        else:
+            others.setdefault(event.index, []).append(event.text)
     if not args.raw:
         out.write("\n")
+        for index in sorted(others):
+            out.write(f"[{index}] {''.join(others[index])}\n")
+
+
+def _silence_stdout() -> None:
+    """After a broken pipe, point stdout at /dev/null so Python's exit flush cannot fail again."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a real file (embedded, tests)
+        pass
 
 
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
@@ -90,6 +105,9 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
             print(json.dumps(result, indent=2, ensure_ascii=False), file=out)
         else:
             print_stream(client, payload, args, out)
+    except BrokenPipeError:  # e.g. piped into `head`: stop quietly
+        _silence_stdout()
+        return 0
     except (EndpointError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -31,7 +31,9 @@ class EndpointClient:
         self.transport = transport
 
     @classmethod
-    def local(cls, base_url: str, session: requests.Session | None = None, timeout_s: float = 120.0) -> "EndpointClient":
+    def local(
+        cls, base_url: str, session: requests.Session | None = None, timeout_s: float = 120.0
+    ) -> "EndpointClient":
         return cls(HttpTransport(base_url, session=session, timeout_s=timeout_s))
 
     @classmethod

@@ -18,7 +18,9 @@ from .errors import EndpointError, StreamError, error_from_body
 JSON = "application/json"
 EVENT_STREAM = "text/event-stream"
 TARGET_MODEL_HEADER = "X-Amzn-SageMaker-Target-Model"
-NO_CREDENTIALS = "no AWS credentials found: set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or run `aws configure`"
+NO_CREDENTIALS = (
+    "no AWS credentials found: set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or run `aws configure`"
+)
 
 
 class Transport(Protocol):
@@ -140,8 +142,21 @@ class HttpTransport:
     def stream(self, body: bytes, target_model: str | None) -> Iterator[bytes]:
         response = self._post(body, target_model, EVENT_STREAM, stream=True)
         try:
-            yield from response.iter_content(chunk_size=None)
+            yield from _arriving_chunks(response)
         except requests.RequestException as exc:
             raise StreamError(f"the connection broke mid-stream: {exc}") from None
         finally:
             response.close()
+
+
+def _arriving_chunks(response: requests.Response) -> Iterator[bytes]:
+    """Bytes as they arrive, never waiting to fill a buffer."""
+    raw = response.raw
+    if raw.chunked or not hasattr(raw, "read1"):
+        yield from response.iter_content(chunk_size=None)  # one item per HTTP chunk
+        return
+    try:  # no chunked encoding (HTTP/1.0, a proxy): iter_content(None) would wait for the end
+        while chunk := raw.read1(65536):
+            yield chunk
+    except (OSError, ValueError) as exc:  # urllib3 errors derive from these
+        raise StreamError(f"the connection broke mid-stream: {exc}") from None

@@ -39,14 +39,22 @@ def enable(
         raise DeployError("the target (invocations per instance per minute) must be positive")
     rid = resource_id(endpoint, variant)
     gateway.call(
-        "application-autoscaling", "register_scalable_target",
-        ServiceNamespace=NAMESPACE, ResourceId=rid, ScalableDimension=DIMENSION,
-        MinCapacity=min_instances, MaxCapacity=max_instances,
+        "application-autoscaling",
+        "register_scalable_target",
+        ServiceNamespace=NAMESPACE,
+        ResourceId=rid,
+        ScalableDimension=DIMENSION,
+        MinCapacity=min_instances,
+        MaxCapacity=max_instances,
     )
     gateway.call(
-        "application-autoscaling", "put_scaling_policy",
-        PolicyName=policy_name(endpoint), ServiceNamespace=NAMESPACE, ResourceId=rid,
-        ScalableDimension=DIMENSION, PolicyType="TargetTrackingScaling",
+        "application-autoscaling",
+        "put_scaling_policy",
+        PolicyName=policy_name(endpoint),
+        ServiceNamespace=NAMESPACE,
+        ResourceId=rid,
+        ScalableDimension=DIMENSION,
+        PolicyType="TargetTrackingScaling",
         TargetTrackingScalingPolicyConfiguration={
             "TargetValue": float(target_invocations),
             "PredefinedMetricSpecification": {"PredefinedMetricType": METRIC},
@@ -58,8 +66,11 @@ def enable(
 
 def current_target(gateway: AwsGateway, endpoint: str, variant: str) -> dict | None:
     response = gateway.call(
-        "application-autoscaling", "describe_scalable_targets",
-        ServiceNamespace=NAMESPACE, ResourceIds=[resource_id(endpoint, variant)], ScalableDimension=DIMENSION,
+        "application-autoscaling",
+        "describe_scalable_targets",
+        ServiceNamespace=NAMESPACE,
+        ResourceIds=[resource_id(endpoint, variant)],
+        ScalableDimension=DIMENSION,
     )
     targets = response.get("ScalableTargets") or []
     return targets[0] if targets else None
@@ -70,7 +81,10 @@ def disable(gateway: AwsGateway, endpoint: str, variant: str) -> bool:
     if current_target(gateway, endpoint, variant) is None and not gateway.dry_run:
         return False
     gateway.call(
-        "application-autoscaling", "deregister_scalable_target",
-        ServiceNamespace=NAMESPACE, ResourceId=resource_id(endpoint, variant), ScalableDimension=DIMENSION,
+        "application-autoscaling",
+        "deregister_scalable_target",
+        ServiceNamespace=NAMESPACE,
+        ResourceId=resource_id(endpoint, variant),
+        ScalableDimension=DIMENSION,
     )
     return True

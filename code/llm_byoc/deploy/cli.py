@@ -50,12 +50,8 @@ def _wait_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--poll", type=float, default=15.0, help="seconds between status checks")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m llm_byoc.deploy", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    common = [_common()]
-
+def _add_artifact_commands(sub, common: list) -> None:
+    """ecr, role, package: what an endpoint is made from."""
     p = sub.add_parser("ecr", parents=common, help="ECR repository and image URI")
     p.add_argument("--repository", default="llm-byoc")
     p.add_argument("--tag", default="latest")
@@ -70,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--s3-uri", help="s3://bucket/key.tar.gz or s3://bucket/prefix/ (default: the SageMaker bucket)")
     p.add_argument("--output", help="also keep the archive at this local path")
 
+
+def _add_create(sub, common: list) -> None:
     p = sub.add_parser("create", parents=common, help="create an endpoint")
     p.add_argument("--name", required=True, help="endpoint name")
     p.add_argument("--image", required=True, help="image URI in ECR (see the ecr command)")
@@ -94,12 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--endpoint", help="multi-model endpoint whose prefix to use")
     where.add_argument("--s3-prefix", help="s3://bucket/prefix/ the endpoint serves from")
 
+
+def _add_operate(sub, common: list) -> None:
+    """autoscale, update, describe, delete, list: an endpoint that exists."""
     p = sub.add_parser("autoscale", parents=common, help="autoscaling on invocations per instance")
     p.add_argument("--name", required=True)
     p.add_argument("--min", type=int, default=1, dest="min_instances")
     p.add_argument("--max", type=int, default=2, dest="max_instances")
-    p.add_argument("--target", type=float, default=60.0,
-                   help="invocations per instance per minute to hold (measure what one instance sustains)")
+    p.add_argument("--target", type=float, default=60.0, help="invocations per instance per minute to hold")
     p.add_argument("--scale-in-cooldown", type=int, default=300)
     p.add_argument("--scale-out-cooldown", type=int, default=60)
     p.add_argument("--disable", action="store_true", help="deregister the scaling target instead")
@@ -114,15 +114,24 @@ def build_parser() -> argparse.ArgumentParser:
     _engine_options(p)
     _wait_options(p)
 
-    p = sub.add_parser("describe", parents=common, help="status of one endpoint")
-    p.add_argument("--name", required=True)
-
-    p = sub.add_parser("delete", parents=common, help="delete endpoint, config, model, scaling")
-    p.add_argument("--name", required=True)
-    p.add_argument("--keep-model", action="store_true")
+    for name, help_text in (("describe", "status of one endpoint"), ("delete", "delete endpoint, config, model")):
+        p = sub.add_parser(name, parents=common, help=help_text)
+        p.add_argument("--name", required=True)
+    p.add_argument("--keep-model", action="store_true")  # delete only
 
     p = sub.add_parser("list", parents=common, help="list endpoints")
     p.add_argument("--name-contains")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m llm_byoc.deploy", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    common = [_common()]
+    _add_artifact_commands(sub, common)
+    _add_create(sub, common)
+    _add_operate(sub, common)
     return parser
 
 
@@ -140,4 +149,3 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: what SageMaker already started carries on (see `list`)", file=sys.stderr)
         return 130
-

@@ -21,6 +21,7 @@ from ..config import (
     ENV_MAX_MODEL_LEN,
     ENV_MAX_NUM_SEQS,
     ENV_MEMORY_BUDGET,
+    ENV_MODEL,
     ENV_SERVER_TIMEOUT,
 )
 from . import autoscale, ecr, endpoints, package, role
@@ -61,6 +62,7 @@ def _waiter(args: argparse.Namespace):
 
 def _package_and_upload(gateway: AwsGateway, model_path: str, s3_uri: str | None, output: str | None = None) -> str:
     source = Path(model_path).expanduser()
+    package.model_files(source.resolve())  # a wrong path fails before any AWS call
     if s3_uri is None:
         name = source.resolve().name.removesuffix(".gguf") or "model"
         s3_uri = f"s3://{package.default_bucket(gateway)}/llm-byoc/{name}/{package.ARCHIVE_NAME}"
@@ -93,21 +95,31 @@ def cmd_package(args, gateway: AwsGateway, out: TextIO) -> int:
 
 
 def cmd_create(args, gateway: AwsGateway, out: TextIO) -> int:
+    if not (args.multi_model or args.model_data or args.model_path or ENV_MODEL in environment(args)):
+        raise DeployError(f"pass --model-data s3://.../model.tar.gz or --model-path DIR (or --env {ENV_MODEL}=...)")
     if args.multi_model and args.model_path:
         raise DeployError("a multi-model endpoint serves an S3 prefix: pass --model-data s3://.../, then use add-model")
     pending_data = "s3://pending/model.tar.gz" if args.model_path else args.model_data
     spec = EndpointSpec(  # validated now, before any AWS call or upload
-        name=args.name, image=args.image, role_arn=args.role if args.role.startswith("arn:") else _PLACEHOLDER_ROLE,
-        model_data=pending_data, multi_model=args.multi_model,
+        name=args.name,
+        image=args.image,
+        role_arn=args.role if args.role.startswith("arn:") else _PLACEHOLDER_ROLE,
+        model_data=pending_data,
+        multi_model=args.multi_model,
         instance_type=args.instance_type or (DEFAULT_CPU_INSTANCE if args.multi_model else DEFAULT_GPU_INSTANCE),
-        instance_count=args.instance_count, environment=environment(args),
-        startup_timeout_s=args.startup_timeout, download_timeout_s=args.download_timeout,
+        instance_count=args.instance_count,
+        environment=environment(args),
+        startup_timeout_s=args.startup_timeout,
+        download_timeout_s=args.download_timeout,
         volume_size_gb=args.volume_size_gb,
     )
+    if args.model_path:
+        package.model_files(Path(args.model_path).expanduser().resolve())
     role_arn = role.resolve_role(gateway, args.role)
+    endpoints.ensure_absent(gateway, spec.name)  # before a possibly long upload
     model_data = _package_and_upload(gateway, args.model_path, args.s3_uri) if args.model_path else args.model_data
     spec = dataclasses.replace(spec, role_arn=role_arn, model_data=model_data)
-    endpoints.create(gateway, spec, timestamp(), _waiter(args))
+    endpoints.create(gateway, spec, timestamp(), _waiter(args), check_absent=False)
     print(spec.name, file=out, flush=True)
     return 0
 
@@ -118,8 +130,10 @@ def cmd_add_model(args, gateway: AwsGateway, out: TextIO) -> int:
         raise DeployError(f"S3 prefix {prefix!r} must end with /")
     target = f"{args.model_name}.tar.gz"
     uploaded = _package_and_upload(gateway, args.model_path, prefix + target)
-    print(f"uploaded {uploaded}; invoke it with --target-model {target} (first call loads it: a cold start)",
-          file=sys.stderr)
+    print(
+        f"uploaded {uploaded}; invoke it with --target-model {target} (first call loads it: a cold start)",
+        file=sys.stderr,
+    )
     print(target, file=out)
     return 0
 
@@ -130,18 +144,38 @@ def cmd_autoscale(args, gateway: AwsGateway, out: TextIO) -> int:
         removed = autoscale.disable(gateway, args.name, parts.variant)
         print("autoscaling removed" if removed else "no autoscaling was registered", file=sys.stderr)
         return 0
-    autoscale.enable(gateway, args.name, parts.variant, args.min_instances, args.max_instances, args.target,
-                     args.scale_in_cooldown, args.scale_out_cooldown)
-    print(f"{args.name}: {args.min_instances}..{args.max_instances} instances, target {args.target:g} "
-          "invocations per instance per minute", file=sys.stderr)
+    autoscale.enable(
+        gateway,
+        args.name,
+        parts.variant,
+        args.min_instances,
+        args.max_instances,
+        args.target,
+        args.scale_in_cooldown,
+        args.scale_out_cooldown,
+    )
+    print(
+        f"{args.name}: {args.min_instances}..{args.max_instances} instances, target {args.target:g} "
+        "invocations per instance per minute",
+        file=sys.stderr,
+    )
     return 0
 
 
 def cmd_update(args, gateway: AwsGateway, out: TextIO) -> int:
     env = environment(args)
-    endpoints.update(gateway, args.name, timestamp(), _waiter(args), keep_old=args.keep_old,
-                     image=args.image, model_data=args.model_data, instance_type=args.instance_type,
-                     instance_count=args.instance_count, environment=env or None)
+    endpoints.update(
+        gateway,
+        args.name,
+        timestamp(),
+        _waiter(args),
+        keep_old=args.keep_old,
+        image=args.image,
+        model_data=args.model_data,
+        instance_type=args.instance_type,
+        instance_count=args.instance_count,
+        environment=env or None,
+    )
     print(args.name, file=out)
     return 0
 
@@ -178,8 +212,15 @@ def cmd_list(args, gateway: AwsGateway, out: TextIO) -> int:
 
 
 HANDLERS = {
-    "ecr": cmd_ecr, "role": cmd_role, "package": cmd_package, "create": cmd_create, "add-model": cmd_add_model,
-    "autoscale": cmd_autoscale, "update": cmd_update, "describe": cmd_describe, "delete": cmd_delete,
+    "ecr": cmd_ecr,
+    "role": cmd_role,
+    "package": cmd_package,
+    "create": cmd_create,
+    "add-model": cmd_add_model,
+    "autoscale": cmd_autoscale,
+    "update": cmd_update,
+    "describe": cmd_describe,
+    "delete": cmd_delete,
     "list": cmd_list,
 }
 

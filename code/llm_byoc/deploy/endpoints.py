@@ -14,7 +14,14 @@ from typing import Callable, TextIO
 from . import autoscale
 from .errors import AwsCallError, DeployError
 from .gateway import AwsGateway
-from .specs import EndpointSpec, endpoint_config_request, model_request, resource_name, spec_from_existing
+from .specs import (
+    TAG_KEY,
+    EndpointSpec,
+    endpoint_config_request,
+    model_request,
+    resource_name,
+    spec_from_existing,
+)
 from .waiter import describe_endpoint, endpoint_exists
 
 Waiter = Callable[..., dict]  # waiter.wait_in_service
@@ -38,22 +45,47 @@ def read_parts(gateway: AwsGateway, name: str) -> EndpointParts:
     endpoint = describe_endpoint(gateway, name)
     if gateway.dry_run:
         return _dry_run_parts(gateway, name)
-    config = gateway.call("sagemaker", "describe_endpoint_config", EndpointConfigName=endpoint["EndpointConfigName"])
+    # A config or model deleted by hand must not block deleting the endpoint: read what is left.
+    config = _describe_if_present(
+        gateway, "describe_endpoint_config", EndpointConfigName=endpoint["EndpointConfigName"]
+    )
     model_names = [v["ModelName"] for v in config.get("ProductionVariants", [])]
-    models = [gateway.call("sagemaker", "describe_model", ModelName=m) for m in model_names]
+    models = [m for m in (_describe_if_present(gateway, "describe_model", ModelName=n) for n in model_names) if m]
     return EndpointParts(endpoint, config, models)
+
+
+def _describe_if_present(gateway: AwsGateway, operation: str, **params) -> dict:
+    try:
+        return gateway.call("sagemaker", operation, **params)
+    except AwsCallError as exc:
+        if "Could not find" in exc.aws_message:
+            return {}
+        raise
 
 
 def _dry_run_parts(gateway: AwsGateway, name: str) -> EndpointParts:
     """What --dry-run pretends the endpoint is made of, so the calls after the reads can be shown."""
-    model = {"ModelName": f"<model of {name}>", "ExecutionRoleArn": "arn:aws:iam::123456789012:role/<role>",
-             "PrimaryContainer": {"Image": "<current image>", "Mode": "SingleModel",
-                                  "ModelDataUrl": "s3://<current model data>"}}
-    variant = {"VariantName": "AllTraffic", "ModelName": model["ModelName"], "InstanceType": "ml.g5.xlarge",
-               "InitialInstanceCount": 1}
+    model = {
+        "ModelName": f"<model of {name}>",
+        "ExecutionRoleArn": "arn:aws:iam::123456789012:role/<role>",
+        "PrimaryContainer": {
+            "Image": "<current image>",
+            "Mode": "SingleModel",
+            "ModelDataUrl": "s3://<current model data>",
+        },
+    }
+    variant = {
+        "VariantName": "AllTraffic",
+        "ModelName": model["ModelName"],
+        "InstanceType": "ml.g5.xlarge",
+        "InitialInstanceCount": 1,
+    }
     config = {"EndpointConfigName": f"<config of {name}>", "ProductionVariants": [variant]}
-    endpoint = {"EndpointName": name, "EndpointConfigName": config["EndpointConfigName"],
-                "ProductionVariants": [{"VariantName": "AllTraffic"}]}
+    endpoint = {
+        "EndpointName": name,
+        "EndpointConfigName": config["EndpointConfigName"],
+        "ProductionVariants": [{"VariantName": "AllTraffic"}],
+    }
     gateway.call("sagemaker", "describe_endpoint_config", EndpointConfigName=config["EndpointConfigName"])
     gateway.call("sagemaker", "describe_model", ModelName=model["ModelName"])
     return EndpointParts(endpoint, config, [model])
@@ -70,32 +102,59 @@ def _create_model_and_config(gateway: AwsGateway, spec: EndpointSpec, stamp: str
     return model_name, config_name
 
 
-def create(gateway: AwsGateway, spec: EndpointSpec, stamp: str, wait: Waiter | None, out: TextIO | None = None) -> dict:
+def ensure_absent(gateway: AwsGateway, name: str) -> None:
+    if endpoint_exists(gateway, name):
+        raise DeployError(f"endpoint {name!r} already exists: use `update`, or `delete` it first")
+
+
+def create(
+    gateway: AwsGateway,
+    spec: EndpointSpec,
+    stamp: str,
+    wait: Waiter | None,
+    out: TextIO | None = None,
+    check_absent: bool = True,
+) -> dict:
     """Model + endpoint config + endpoint; waits with ``wait`` unless None."""
     out = out or sys.stderr
-    if endpoint_exists(gateway, spec.name):
-        raise DeployError(f"endpoint {spec.name!r} already exists: use `update`, or `delete` it first")
+    if check_absent:
+        ensure_absent(gateway, spec.name)
     model_name, config_name = _create_model_and_config(gateway, spec, stamp)
     try:
-        gateway.call("sagemaker", "create_endpoint", EndpointName=spec.name, EndpointConfigName=config_name,
-                     Tags=[{"Key": "llm-byoc:endpoint", "Value": spec.name}])
+        gateway.call(
+            "sagemaker",
+            "create_endpoint",
+            EndpointName=spec.name,
+            EndpointConfigName=config_name,
+            Tags=[{"Key": TAG_KEY, "Value": spec.name}],
+        )
     except DeployError:
         _delete_quietly(gateway, "delete_endpoint_config", EndpointConfigName=config_name)
         _delete_quietly(gateway, "delete_model", ModelName=model_name)
         raise
-    print(f"creating endpoint {spec.name} ({spec.instance_count} x {spec.instance_type}); "
-          "it bills per instance-hour from now until deleted", file=out)
+    print(
+        f"creating endpoint {spec.name} ({spec.instance_count} x {spec.instance_type}); "
+        "it bills per instance-hour from now until deleted",
+        file=out,
+    )
     return wait(gateway, spec.name, expected_config=config_name) if wait else {}
 
 
 def update(
-    gateway: AwsGateway, name: str, stamp: str, wait: Waiter | None, keep_old: bool = False,
-    out: TextIO | None = None, **overrides,
+    gateway: AwsGateway,
+    name: str,
+    stamp: str,
+    wait: Waiter | None,
+    keep_old: bool = False,
+    out: TextIO | None = None,
+    **overrides,
 ) -> dict:
     """New model + config from the current ones with ``overrides``; update_endpoint; clean up."""
     out = out or sys.stderr
     old = read_parts(gateway, name)
-    spec = spec_from_existing(name, old.models[0] if old.models else {}, old.config, **overrides)
+    if not old.config or not old.models:
+        raise DeployError(f"the model or endpoint config behind {name!r} no longer exists: delete and create it again")
+    spec = spec_from_existing(name, old.models[0], old.config, **overrides)
     if spec.instance_type != old.config.get("ProductionVariants", [{}])[0].get("InstanceType", spec.instance_type):
         if autoscale.current_target(gateway, name, old.variant) is not None:
             raise DeployError(
@@ -103,8 +162,18 @@ def update(
                 f"variant: run `autoscale --name {name} --disable` first, then re-enable it after the update"
             )
     model_name, config_name = _create_model_and_config(gateway, spec, stamp)
-    gateway.call("sagemaker", "update_endpoint", EndpointName=name, EndpointConfigName=config_name,
-                 RetainAllVariantProperties=False)
+    try:
+        gateway.call(
+            "sagemaker",
+            "update_endpoint",
+            EndpointName=name,
+            EndpointConfigName=config_name,
+            RetainAllVariantProperties=False,
+        )
+    except DeployError:  # e.g. the endpoint is still Updating: leave nothing orphaned behind
+        _delete_quietly(gateway, "delete_endpoint_config", EndpointConfigName=config_name)
+        _delete_quietly(gateway, "delete_model", ModelName=model_name)
+        raise
     print(f"updating endpoint {name} to {config_name} (the old config serves until the new one is ready)", file=out)
     description = wait(gateway, name, expected_config=config_name) if wait else {}
     if wait and not keep_old:  # only once the new config serves: the old one is the rollback target until then
@@ -124,12 +193,16 @@ def delete(gateway: AwsGateway, name: str, keep_model: bool = False, out: TextIO
     if autoscale.disable(gateway, name, parts.variant):
         print(f"deregistered autoscaling of {name}", file=out)
     gateway.call("sagemaker", "delete_endpoint", EndpointName=name)
-    _delete_quietly(gateway, "delete_endpoint_config", EndpointConfigName=parts.endpoint["EndpointConfigName"])
+    if parts.config:
+        _delete_quietly(gateway, "delete_endpoint_config", EndpointConfigName=parts.endpoint["EndpointConfigName"])
     if not keep_model:
         for model in parts.models:
             _delete_quietly(gateway, "delete_model", ModelName=model["ModelName"])
-    print(f"deleted endpoint {name} (billing stops once SageMaker has torn it down, ~1-2 minutes); "
-          "model data in S3 and the image in ECR stay", file=out)
+    print(
+        f"deleted endpoint {name} (billing stops once SageMaker has torn it down, ~1-2 minutes); "
+        "model data in S3 and the image in ECR stay",
+        file=out,
+    )
 
 
 def list_endpoints(gateway: AwsGateway, name_contains: str | None = None) -> list[dict]:

@@ -15,7 +15,8 @@ class AwsCallError(DeployError):
     """An AWS API call that AWS refused (botocore ClientError, simplified)."""
 
     def __init__(self, service: str, operation: str, code: str, message: str):
-        super().__init__(f"{service}.{operation} failed: {code}: {message}")
+        one_line = " ".join(message.split())
+        super().__init__(f"{service}.{operation} failed: {code}: {one_line}")
         self.service, self.operation, self.code, self.aws_message = service, operation, code, message
 
 

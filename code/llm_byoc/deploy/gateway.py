@@ -20,8 +20,7 @@ from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, 
 from .errors import AwsCallError, DeployError
 
 NO_CREDENTIALS = (
-    "no AWS credentials found: set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
-    "or run `aws configure`"
+    "no AWS credentials found: set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or run `aws configure`"
 )
 NO_REGION = "no AWS region: pass --region or set AWS_REGION (or AWS_DEFAULT_REGION)"
 DRY_RUN_ACCOUNT = "123456789012"  # stands in for the account id in dry-run output
@@ -71,6 +70,8 @@ class AwsGateway:
             raise DeployError(f"upload of {path} to s3://{bucket}/{key} failed: {exc}") from None
         except NoCredentialsError:
             raise DeployError(NO_CREDENTIALS) from None
+        except BotoCoreError as exc:  # connection failures and the like
+            raise DeployError(f"upload of {path} to s3://{bucket}/{key} failed: {exc}") from None
 
 
 class DryRunGateway(AwsGateway):
@@ -86,7 +87,9 @@ class DryRunGateway(AwsGateway):
         return {}
 
     def upload_file(self, path: str, bucket: str, key: str, callback: Callable[[int], None]) -> None:
-        self._print({"service": "s3", "operation": "upload_file", "params": {"Filename": path, "Bucket": bucket, "Key": key}})
+        self._print(
+            {"service": "s3", "operation": "upload_file", "params": {"Filename": path, "Bucket": bucket, "Key": key}}
+        )
 
     def _print(self, record: dict) -> None:
         self.calls.append(record)

@@ -63,8 +63,15 @@ def build_archive(source: Path, archive: Path, progress: bool = True) -> Path:
         total = sum(f.stat().st_size for f in files)
     except OSError as exc:
         raise DeployError(f"cannot read {exc.filename}: {exc.strerror} (a broken symlink?)") from None
-    bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=f"pack {archive.name}",
-               disable=not progress, file=sys.stderr)
+    bar = tqdm(
+        total=total,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        desc=f"pack {archive.name}",
+        disable=not progress,
+        file=sys.stderr,
+    )
     # compresslevel 1: weights barely compress, and level 9 costs minutes per GB.
     with bar, tarfile.open(archive, "w:gz", compresslevel=1, dereference=True) as tar:
         for path in files:
@@ -79,8 +86,15 @@ def upload(gateway: AwsGateway, archive: Path, s3_uri: str, progress: bool = Tru
     if key == "" or key.endswith("/"):
         key += archive.name
     size = archive.stat().st_size if archive.exists() else 0
-    with tqdm(total=size, unit="B", unit_scale=True, unit_divisor=1024, desc=f"upload s3://{bucket}/{key}",
-              disable=not progress or gateway.dry_run, file=sys.stderr) as bar:
+    with tqdm(
+        total=size,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        desc=f"upload s3://{bucket}/{key}",
+        disable=not progress or gateway.dry_run,
+        file=sys.stderr,
+    ) as bar:
         gateway.upload_file(str(archive), bucket, key, bar.update)
     return f"s3://{bucket}/{key}"
 

@@ -24,13 +24,27 @@ def permissions_policy(bucket: str) -> dict:
         "Version": "2012-10-17",
         "Statement": [
             {"Effect": "Allow", "Action": "ecr:GetAuthorizationToken", "Resource": "*"},
-            {"Effect": "Allow", "Resource": "*",
-             "Action": ["ecr:BatchCheckLayerAvailability", "ecr:GetDownloadUrlForLayer", "ecr:BatchGetImage"]},
-            {"Effect": "Allow", "Action": ["s3:GetObject", "s3:ListBucket"],
-             "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"]},
-            {"Effect": "Allow", "Resource": "*",
-             "Action": ["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams",
-                        "cloudwatch:PutMetricData"]},
+            {
+                "Effect": "Allow",
+                "Resource": "*",
+                "Action": ["ecr:BatchCheckLayerAvailability", "ecr:GetDownloadUrlForLayer", "ecr:BatchGetImage"],
+            },
+            {
+                "Effect": "Allow",
+                "Action": ["s3:GetObject", "s3:ListBucket"],
+                "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"],
+            },
+            {
+                "Effect": "Allow",
+                "Resource": "*",
+                "Action": [
+                    "logs:CreateLogGroup",
+                    "logs:CreateLogStream",
+                    "logs:PutLogEvents",
+                    "logs:DescribeLogStreams",
+                    "cloudwatch:PutMetricData",
+                ],
+            },
         ],
     }
 
@@ -45,12 +59,20 @@ def ensure_role(gateway: AwsGateway, name: str, bucket: str) -> str:
         if exc.code != "NoSuchEntity":
             raise
     created = gateway.call(
-        "iam", "create_role", RoleName=name, AssumeRolePolicyDocument=json.dumps(TRUST_POLICY),
+        "iam",
+        "create_role",
+        RoleName=name,
+        AssumeRolePolicyDocument=json.dumps(TRUST_POLICY),
         Description="SageMaker execution role for llm-byoc endpoints",
         Tags=[{"Key": "managed-by", "Value": "llm-byoc"}],
     )
-    gateway.call("iam", "put_role_policy", RoleName=name, PolicyName=INLINE_POLICY_NAME,
-                 PolicyDocument=json.dumps(permissions_policy(bucket)))
+    gateway.call(
+        "iam",
+        "put_role_policy",
+        RoleName=name,
+        PolicyName=INLINE_POLICY_NAME,
+        PolicyDocument=json.dumps(permissions_policy(bucket)),
+    )
     return created.get("Role", {}).get("Arn") or f"arn:aws:iam::{DRY_RUN_ACCOUNT}:role/{name}"
 
 
@@ -62,6 +84,8 @@ def resolve_role(gateway: AwsGateway, role: str) -> str:
         found = gateway.call("iam", "get_role", RoleName=role)
     except AwsCallError as exc:
         if exc.code == "NoSuchEntity":
-            raise DeployError(f"IAM role {role!r} does not exist (create it with: python -m llm_byoc.deploy role)") from None
+            raise DeployError(
+                f"IAM role {role!r} does not exist (create it with: python -m llm_byoc.deploy role)"
+            ) from None
         raise
     return found.get("Role", {}).get("Arn") or f"arn:aws:iam::{DRY_RUN_ACCOUNT}:role/{role}"

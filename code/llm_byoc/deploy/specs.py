@@ -58,11 +58,15 @@ class EndpointSpec:
         if self.model_data is not None:
             _check(self.model_data.startswith("s3://"), f"model data {self.model_data!r} must be an s3:// URI")
         if self.multi_model:
-            _check(bool(self.model_data) and self.model_data.endswith("/"),
-                   "a multi-model endpoint needs an S3 prefix ending in / (its models live under it)")
+            _check(
+                bool(self.model_data) and self.model_data.endswith("/"),
+                "a multi-model endpoint needs an S3 prefix ending in / (its models live under it)",
+            )
         if self.volume_size_gb is not None:
-            _check(supports_volume_size(self.instance_type),
-                   f"{self.instance_type} has NVMe instance storage; SageMaker rejects a volume size for it")
+            _check(
+                supports_volume_size(self.instance_type),
+                f"{self.instance_type} has NVMe instance storage; SageMaker rejects a volume size for it",
+            )
             _check(1 <= self.volume_size_gb <= 512, "volume size must be 1..512 GB")
         validate_environment(self.environment, self.multi_model)
 

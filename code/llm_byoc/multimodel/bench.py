@@ -11,8 +11,10 @@ interpreter start excluded) is reported too.
 
 Warm overhead: median latency of an invoke through the routes (Flask, the
 manager, the worker pipe) minus the median of the same call on a handler
-loaded in this process. Medians over ``--runs`` / ``--requests``; the machine
-is shared, so run it when it is quiet and read the spread.
+loaded in this process, the two calls alternating; also the median of the
+paired differences, and the round trip of a request the worker refuses at once
+(the fixed cost of the routes + pipe alone). Medians over ``--runs`` /
+``--requests``; the machine is shared, so read the spread.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from ..api.errors import register_error_handlers
 from ..config import EngineConfig, MultiModelConfig
 from .demo_repository import EMBEDDING_NAME, IMAGE_NAME, LLM_NAME, build_demo_repository, drawn_test_image
 from .messages import Invocation
-from .routes import model_manager, register_multi_model_routes
+from .routes import MODEL_TIME_HEADER, model_manager, register_multi_model_routes
 from .store import describe_model
 
 _SPAWN = multiprocessing.get_context("spawn")
@@ -97,13 +99,15 @@ def mme_cold_start(client, folder: Path, name: str) -> float:
     return elapsed
 
 
-def timed(call, count: int) -> list[float]:
-    call()  # warm-up
-    times = []
+def interleaved(direct, routed, count: int) -> tuple[list[float], list[float]]:
+    """Alternate the two calls so that both see the same load on a shared machine."""
+    direct(), routed()  # warm-up
+    times: tuple[list[float], list[float]] = ([], [])
     for _ in range(count):
-        started = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - started)
+        for call, out in ((direct, times[0]), (routed, times[1])):
+            started = time.perf_counter()
+            call()
+            out.append(time.perf_counter() - started)
     return times
 
 
@@ -112,13 +116,29 @@ def warm_overhead(client, folder: Path, name: str, requests: int, num_threads: i
 
     body, content_type = sample_request(name)
     handler = create_handler(describe_model(name, folder), num_threads)
-    direct = timed(lambda: handler.invoke(Invocation(content_type=content_type), body), requests)
-    handler.close()
     client.post("/models", json={"model_name": name, "url": str(folder)})
-    routed = timed(lambda: client.post(f"/models/{name}/invoke", data=body, content_type=content_type), requests)
+    in_worker: list[float] = []
+
+    def routed_call():
+        response = client.post(f"/models/{name}/invoke", data=body, content_type=content_type)
+        in_worker.append(float(response.headers[MODEL_TIME_HEADER]) / 1e3)
+
+    direct, routed = interleaved(lambda: handler.invoke(Invocation(content_type=content_type), body), routed_call, requests)
+    # The fixed cost alone: a request the worker refuses at once (415), through the routes.
+    refused = interleaved(lambda: None, lambda: client.post(f"/models/{name}/invoke", data=b"x", content_type="text/plain"), requests)[1]
     client.delete(f"/models/{name}")
+    handler.close()
     direct_ms, routed_ms = statistics.median(direct) * 1e3, statistics.median(routed) * 1e3
-    return {"in_process_ms": round(direct_ms, 3), "mme_ms": round(routed_ms, 3), "overhead_ms": round(routed_ms - direct_ms, 3)}
+    paired = statistics.median(r - d for r, d in zip(routed, direct)) * 1e3
+    return {
+        "in_process_ms": round(direct_ms, 3),
+        "mme_ms": round(routed_ms, 3),
+        "overhead_ms": round(routed_ms - direct_ms, 3),
+        "paired_overhead_ms": round(paired, 3),
+        "round_trip_ms": round(statistics.median(refused) * 1e3, 3),
+        "in_worker_ms": round(statistics.median(in_worker) * 1e3, 3),
+        "outside_model_ms": round(statistics.median(r - w for r, w in zip(routed, in_worker[1:])) * 1e3, 3),
+    }
 
 
 def cold_start(client, folder: Path, name: str, runs: int, num_threads: int) -> dict:

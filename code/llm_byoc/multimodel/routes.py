@@ -17,7 +17,7 @@ from __future__ import annotations
 import atexit
 import base64
 import binascii
-from typing import Callable
+from collections.abc import Callable
 
 from flask import Flask, Response, jsonify, request
 
@@ -29,6 +29,7 @@ from .model_engine import ProcessWorkerFactory
 from .store import ModelSpec, ModelStore, validate_name
 
 TARGET_MODEL_HEADER = "X-Amzn-SageMaker-Target-Model"
+MODEL_TIME_HEADER = "X-Model-Time-Ms"  # time spent in the model's handler, in its worker
 EXTENSION_KEY = "llm_byoc_model_manager"
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
@@ -77,7 +78,9 @@ def _respond(manager: ModelManager, name: str) -> Response:
     validate_name(name)
     invocation, body = _invocation()
     reply, out = manager.invoke(name, invocation, body)
-    return Response(out, status=200, content_type=reply.content_type)
+    response = Response(out, status=200, content_type=reply.content_type)
+    response.headers[MODEL_TIME_HEADER] = f"{reply.compute_s * 1e3:.3f}"
+    return response
 
 
 def register_multi_model_routes(

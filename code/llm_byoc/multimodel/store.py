@@ -70,7 +70,7 @@ class ModelSpec:
         }
 
     @classmethod
-    def from_plain(cls, data: dict) -> "ModelSpec":
+    def from_plain(cls, data: dict) -> ModelSpec:
         return cls(
             name=data["name"],
             task=Task(data["task"]),

@@ -15,14 +15,14 @@ import dataclasses
 import itertools
 import logging
 import multiprocessing
-import multiprocessing.util  # noqa: F401  (see below)
+import multiprocessing.util
 import os
 import threading
 import time
 from concurrent.futures import Future
 
 from ..config import EngineConfig
-from ..errors import EngineDead, ModelLoadError, RequestTimeout, ServingError
+from ..errors import EngineDead, ModelLoadError, QueueFull, RequestTimeout, ServingError
 from . import messages as wire
 from .store import ModelSpec
 from .worker_process import worker_main
@@ -78,6 +78,8 @@ def rss_bytes(pid: int) -> int:
 
 
 class ModelWorker:
+    max_pending = 256  # requests sent and not answered; more is 429, not an ever-growing queue
+
     def __init__(self, spec: ModelSpec, num_threads: int = 0, engine: EngineConfig | None = None):
         self.spec = spec
         self._num_threads = num_threads
@@ -139,6 +141,8 @@ class ModelWorker:
         with self._cond:
             if self._dead_reason is not None:
                 raise EngineDead(self._dead_reason)
+            if len(self._pending) >= self.max_pending:
+                raise QueueFull(f"model {self.spec.name!r} has {len(self._pending)} requests waiting")
             request_id = next(self._ids)
             self._pending[request_id] = future
         try:

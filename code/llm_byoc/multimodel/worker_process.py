@@ -10,6 +10,7 @@ process keeps serving.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -42,8 +43,10 @@ def _load(conn, spec: ModelSpec, num_threads: int, engine: EngineConfig | None):
 
 
 def _answer(conn, send_lock: threading.Lock, handler, request: wire.InvokeRequest, body: bytes) -> None:
+    started = time.perf_counter()
     try:
         reply, out = handler.invoke(request.invocation, body)
+        reply = dataclasses.replace(reply, compute_s=time.perf_counter() - started)
         message = wire.InvokeResult(request.request_id, reply)
     except ServingError as exc:
         message, out = wire.InvokeFailed(request.request_id, exc.error_type, exc.message), b""

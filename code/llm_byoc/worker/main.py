@@ -30,7 +30,8 @@ def _failure(exc: BaseException, fatal: bool) -> WorkerFailure:
     """An exception as plain data: ServingErrors keep their type, others are internal."""
     if isinstance(exc, ServingError):
         return WorkerFailure(exc.error_type, exc.message, fatal)
-    if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
+    out_of_memory = isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc)
+    if out_of_memory or isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
         return WorkerFailure(InsufficientMemory.error_type, f"out of memory: {exc}", fatal)
     return WorkerFailure("internal_error", f"{type(exc).__name__}: {exc}", fatal)
 

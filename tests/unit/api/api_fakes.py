@@ -84,6 +84,7 @@ class FakeHandle:
         self._prompt_ids = prompt_ids
         self._params = params
         self._aborted = threading.Event()
+        self._done = False  # every prompt finished: abort is then a no-op, as in LLMEngine
 
     def _reply(self, ids: list[int]) -> list[int]:
         return [i for i in reversed(ids) if i not in (BOS, EOS)] + [EOS]
@@ -105,6 +106,7 @@ class FakeHandle:
                 produced += 1
                 time.sleep(self.engine.token_delay_s)
                 yield event
+        self._done = not self._aborted.is_set()
 
     def _prompt_events(self, index: int, ids: list[int]):
         text = ""
@@ -148,6 +150,6 @@ class FakeHandle:
         return results
 
     def abort(self) -> None:
-        if not self._aborted.is_set():
+        if not self._done and not self._aborted.is_set():
             self._aborted.set()
             self.engine.aborted.append(self.request_id)

@@ -21,6 +21,12 @@ def test_client_disconnect_aborts_the_request(client, engine):
     assert len(engine.aborted) == 1
 
 
+def test_a_stream_closed_before_its_first_chunk_still_aborts(client, engine):
+    response = client.post("/invocations", json={"inputs": "abcdefghij", "stream": True})
+    response.close()  # the server gave up before reading the body
+    assert len(engine.aborted) == 1
+
+
 def test_a_finished_stream_does_not_abort(client, engine):
     client.post("/invocations", json={"inputs": "abc", "stream": True}).get_data()
     assert engine.aborted == []

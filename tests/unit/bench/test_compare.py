@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 import pytest
-from llm_byoc.bench.compare import clients_of, format_baselines, ratios, reference_run, run_baselines
+from llm_byoc.bench.compare import (
+    clients_of,
+    format_baselines,
+    ratios,
+    reference_run,
+    run_baselines,
+)
 from llm_byoc.bench.runner import RunPlan, RunResult
 from llm_byoc.bench.stats import RequestRecord, summarize
-from llm_byoc.bench.workload import ArrivalProcess, LengthProfile, LengthRange, RequestSource
+from llm_byoc.bench.workload import (
+    ArrivalProcess,
+    LengthProfile,
+    LengthRange,
+    RequestSource,
+)
 
 
 def served_run(concurrency: int, gap_s: float) -> RunResult:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from llm_byoc.bench.loadgen import _plans, _profiles, build_parser, main
 
 
@@ -17,6 +16,8 @@ from llm_byoc.bench.loadgen import _plans, _profiles, build_parser, main
         ["--rate", "2", "--burst-size", "3"],  # a burst size without an interval
         ["--sweep", "--concurrency", "4"],
         ["--baselines"],  # no --model
+        ["--baselines", "--model", "/nonexistent/model"],
+        ["--baselines", "--model", ".", "--baseline-batch-size", "0"],
         ["--endpoint", "ep", "--target-model", "m.tar.gz"],
         ["--endpoint", "ep", "--url", "http://127.0.0.1:1"],
         ["--input-len", "10:5"],

@@ -6,10 +6,14 @@ import threading
 import time
 
 import pytest
-
-from llm_byoc.bench.runner import RunPlan, Runner
+from llm_byoc.bench.runner import Runner, RunPlan
 from llm_byoc.bench.targets import RequestFailed
-from llm_byoc.bench.workload import ArrivalProcess, LengthProfile, LengthRange, RequestSource
+from llm_byoc.bench.workload import (
+    ArrivalProcess,
+    LengthProfile,
+    LengthRange,
+    RequestSource,
+)
 
 SOURCE = RequestSource((LengthProfile(LengthRange(4, 4), LengthRange(5, 5)),), seed=0)
 

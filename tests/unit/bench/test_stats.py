@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from llm_byoc.bench.stats import (
     RequestRecord,
     cdf_points,

@@ -4,8 +4,13 @@ import itertools
 import threading
 
 import pytest
-
-from llm_byoc.bench.workload import PRESETS, ArrivalProcess, LengthProfile, LengthRange, RequestSource
+from llm_byoc.bench.workload import (
+    PRESETS,
+    ArrivalProcess,
+    LengthProfile,
+    LengthRange,
+    RequestSource,
+)
 
 
 def test_length_range_parse_and_validate():

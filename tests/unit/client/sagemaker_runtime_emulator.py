@@ -67,11 +67,14 @@ class RuntimeEmulator:
 
     def chunks(self) -> list[bytes]:
         edges = [0, *sorted(self.cuts), len(self.wire)]
-        return [self.wire[a:b] for a, b in zip(edges, edges[1:]) if b > a]
+        return [self.wire[a:b] for a, b in zip(edges, edges[1:], strict=False) if b > a]
 
     def handler(self, request, **_):
         self.requests.append(request)
-        headers = {"Content-Type": "application/vnd.amazon.eventstream", "X-Amzn-SageMaker-Content-Type": "text/event-stream"}
+        headers = {
+            "Content-Type": "application/vnd.amazon.eventstream",
+            "X-Amzn-SageMaker-Content-Type": "text/event-stream",
+        }
         return AWSResponse(request.url, 200, headers, _RawBody(self.chunks()))
 
 

@@ -4,9 +4,7 @@ import io
 import json
 
 import pytest
-
-from llm_byoc.client import EndpointClient, EndpointError
-from llm_byoc.client import cli
+from llm_byoc.client import EndpointClient, EndpointError, cli
 
 
 class FakeTransport:
@@ -51,7 +49,9 @@ def run(argv: list[str]) -> tuple[int, str]:
 
 def test_stream_prints_tokens_as_they_arrive(fake):
     tokens = ["안", "녕", "🙂"]
-    sse = "".join(f'data: {{"index": 0, "token": {{"id": {i}, "text": "{t}"}}}}\n\n' for i, t in enumerate(tokens)).encode()
+    sse = "".join(
+        f'data: {{"index": 0, "token": {{"id": {i}, "text": "{t}"}}}}\n\n' for i, t in enumerate(tokens)
+    ).encode()
     transport = fake(FakeTransport(chunks=[sse[:5], sse[5:31], sse[31:]]))
     code, out = run(["stream", "--endpoint", "ep", "--prompt", "hi", "--max-new-tokens", "8"])
     assert (code, out) == (0, "안녕🙂\n")
@@ -60,7 +60,20 @@ def test_stream_prints_tokens_as_they_arrive(fake):
 
 def test_invoke_chat_with_target_model(fake):
     transport = fake(FakeTransport(response=json.dumps({"choices": [{"message": {"content": "hey"}}]}).encode()))
-    code, out = run(["invoke", "--local", "http://x", "--chat", "--prompt", "hi", "--target-model", "m.tar.gz", "--temperature", "0.5"])
+    code, out = run(
+        [
+            "invoke",
+            "--local",
+            "http://x",
+            "--chat",
+            "--prompt",
+            "hi",
+            "--target-model",
+            "m.tar.gz",
+            "--temperature",
+            "0.5",
+        ]
+    )
     assert code == 0 and json.loads(out) == {"choices": [{"message": {"content": "hey"}}]}
     assert transport.sent == [
         ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 64, "temperature": 0.5}, "m.tar.gz")
@@ -92,3 +105,22 @@ def test_bad_payload_json_is_a_clear_error(fake, capsys):
 def test_endpoint_or_local_is_required():
     with pytest.raises(SystemExit):
         cli.main(["invoke", "--prompt", "hi"])
+
+
+def test_stream_of_a_batch_prints_prompt_0_live_and_the_others_labelled(fake):
+    events = [(0, "a"), (1, "x"), (0, "b"), (1, "y")]
+    sse = "".join(f'data: {{"index": {i}, "token": {{"id": 1, "text": "{t}"}}}}\n\n' for i, t in events).encode()
+    fake(FakeTransport(chunks=[sse]))
+    code, out = run(["stream", "--endpoint", "ep", "--payload", '{"inputs": ["p0", "p1"]}'])
+    assert (code, out) == (0, "[0] ab\n[1] xy\n")
+
+
+def test_broken_pipe_stops_quietly(fake, monkeypatch, capsys):
+    class ClosedPipe(io.StringIO):
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(cli.os, "dup2", lambda *_: None)  # keep pytest's own stdout intact
+    fake(FakeTransport(chunks=[b'data: {"token": {"text": "t"}}\n\n']))
+    assert cli.main(["stream", "--endpoint", "ep", "--prompt", "hi"], out=ClosedPipe()) == 0
+    assert capsys.readouterr().err == ""

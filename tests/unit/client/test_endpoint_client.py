@@ -8,15 +8,18 @@ import json
 import boto3
 import pytest
 from botocore.stub import Stubber
-from sagemaker_runtime_emulator import error_event, install, payload_part
-
 from llm_byoc.client import EndpointClient, EndpointError, StreamError
+from sagemaker_runtime_emulator import error_event, install, payload_part
 
 
 def tgi(index: int, token_id: int, text: str, finish: str | None = None) -> str:
     details = {"finish_reason": finish} if finish else None
-    obj = {"index": index, "token": {"id": token_id, "text": text, "logprob": -0.1, "special": False},
-           "generated_text": None, "details": details}
+    obj = {
+        "index": index,
+        "token": {"id": token_id, "text": text, "logprob": -0.1, "special": False},
+        "generated_text": None,
+        "details": details,
+    }
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
 
@@ -90,8 +93,13 @@ def test_invoke_sends_json_and_target_model(runtime):
         stub.add_response(
             "invoke_endpoint",
             {"Body": io.BytesIO(body), "ContentType": "application/json"},
-            {"EndpointName": "mme", "Body": json.dumps({"inputs": "hi"}).encode(), "ContentType": "application/json",
-             "Accept": "application/json", "TargetModel": "smollm2.tar.gz"},
+            {
+                "EndpointName": "mme",
+                "Body": json.dumps({"inputs": "hi"}).encode(),
+                "ContentType": "application/json",
+                "Accept": "application/json",
+                "TargetModel": "smollm2.tar.gz",
+            },
         )
         result = EndpointClient.sagemaker("mme", client=runtime).invoke({"inputs": "hi"}, target_model="smollm2.tar.gz")
     assert result == [{"generated_text": "안녕 🙂"}]
@@ -100,7 +108,9 @@ def test_invoke_sends_json_and_target_model(runtime):
 def test_invoke_model_error_keeps_the_container_status_and_type(runtime):
     with Stubber(runtime) as stub:
         stub.add_client_error(
-            "invoke_endpoint", service_error_code="ModelError", service_message="Received client error (429)",
+            "invoke_endpoint",
+            service_error_code="ModelError",
+            service_message="Received client error (429)",
             http_status_code=424,
             response_meta={},
         )

@@ -3,7 +3,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from llm_byoc.client.errors import StreamError
 from llm_byoc.client.events import StreamEvent, events_from_message
 from llm_byoc.client.sse import SSEMessage
@@ -14,22 +13,38 @@ def events(obj, event: str = "message") -> list[StreamEvent]:
 
 
 def test_tgi_token_event():
-    obj = {"index": 1, "token": {"id": 42, "text": "안", "logprob": -0.5, "special": False}, "generated_text": None, "details": None}
+    obj = {
+        "index": 1,
+        "token": {"id": 42, "text": "안", "logprob": -0.5, "special": False},
+        "generated_text": None,
+        "details": None,
+    }
     (event,) = events(obj)
     assert (event.text, event.index, event.token_id, event.finish_reason) == ("안", 1, 42, None)
     assert event.raw == obj
 
 
 def test_tgi_final_event_carries_finish_reason():
-    obj = {"index": 0, "token": {"id": 2, "text": "", "special": True}, "generated_text": "hi", "details": {"finish_reason": "eos_token", "generated_tokens": 3}}
+    obj = {
+        "index": 0,
+        "token": {"id": 2, "text": "", "special": True},
+        "generated_text": "hi",
+        "details": {"finish_reason": "eos_token", "generated_tokens": 3},
+    }
     (event,) = events(obj)
     assert event.finish_reason == "eos_token" and event.text == ""
 
 
 def test_openai_chat_chunks_skip_the_role_only_opening():
-    opening = {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}]}
+    opening = {
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}],
+    }
     assert events(opening) == []
-    chunk = {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": "🙂"}, "finish_reason": None}]}
+    chunk = {
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"content": "🙂"}, "finish_reason": None}],
+    }
     (event,) = events(chunk)
     assert (event.text, event.index, event.token_id, event.finish_reason) == ("🙂", 0, None, None)
     last = {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}
@@ -37,7 +52,10 @@ def test_openai_chat_chunks_skip_the_role_only_opening():
 
 
 def test_openai_text_completion_with_several_choices():
-    chunk = {"object": "text_completion", "choices": [{"index": 0, "text": "a"}, {"index": 1, "text": "b", "finish_reason": "stop"}]}
+    chunk = {
+        "object": "text_completion",
+        "choices": [{"index": 0, "text": "a"}, {"index": 1, "text": "b", "finish_reason": "stop"}],
+    }
     assert [(e.index, e.text, e.finish_reason) for e in events(chunk)] == [(0, "a", None), (1, "b", "stop")]
 
 

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import pytest
-
 from llm_byoc.client.errors import StreamError
 from llm_byoc.client.sse import SSEDecoder, SSEMessage
 

@@ -8,7 +8,6 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-
 from llm_byoc.client import EndpointClient, EndpointError, StreamError
 
 SSE = (
@@ -20,6 +19,7 @@ SSE = (
 class FakeContainer(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # chunked responses, like gunicorn's
     seen: list[dict] = []
+    release = threading.Event()  # "slow" streams hold their second event until the test sets this
 
     def log_message(self, *_):  # keep pytest output clean
         pass
@@ -32,6 +32,8 @@ class FakeContainer(BaseHTTPRequestHandler):
         if body.get("inputs") == "crash":
             first_event = SSE[: SSE.index(b"\n\n") + 2]
             return self._chunks([first_event + b'data: {"error": "engine', b' died", "type": "engine_dead"}\n\n'])
+        if body.get("inputs") == "slow":
+            return self._slow(chunked=body.get("chunked", True))
         if body.get("stream"):
             # cut inside the Korean and inside the emoji, and mid-event
             cuts = [SSE[:62], SSE[62:63], SSE[63:180], SSE[180:]]
@@ -46,12 +48,29 @@ class FakeContainer(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(raw)
 
+    def _slow(self, chunked: bool) -> None:
+        first, second = SSE[: SSE.index(b"\n\n") + 2], SSE[SSE.index(b"\n\n") + 2 :]
+        if chunked:
+            return self._chunks([first, b"WAIT", second])
+        self.send_response(200)  # no length, no chunking: the body ends when the connection closes
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(first)
+        self.wfile.flush()
+        FakeContainer.release.wait(5)
+        self.wfile.write(second)
+        self.close_connection = True
+
     def _chunks(self, parts: list[bytes]) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         for part in parts:
+            if part == b"WAIT":
+                FakeContainer.release.wait(5)
+                continue
             self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
             self.wfile.flush()
             time.sleep(0.01)
@@ -71,6 +90,7 @@ def container_url():
 @pytest.fixture(autouse=True)
 def clear_seen():
     FakeContainer.seen.clear()
+    FakeContainer.release.clear()
 
 
 def test_invoke(container_url):
@@ -115,3 +135,13 @@ def test_error_event_mid_stream(container_url):
 def test_unreachable_container_is_a_clear_error():
     with pytest.raises(EndpointError, match="cannot reach http://127.0.0.1:9/invocations"):
         EndpointClient.local("http://127.0.0.1:9", timeout_s=2).invoke({"inputs": "hi"})
+
+
+@pytest.mark.parametrize("chunked", [True, False])
+def test_tokens_arrive_before_the_response_ends(container_url, chunked):
+    stream = EndpointClient.local(container_url).stream({"inputs": "slow", "chunked": chunked})
+    started = time.monotonic()
+    first = next(stream)  # the server holds the rest until we release it
+    assert first.text == "안녕" and time.monotonic() - started < 3
+    FakeContainer.release.set()
+    assert [e.text for e in stream] == ["🙂"]

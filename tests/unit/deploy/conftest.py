@@ -6,9 +6,8 @@ import botocore.session
 import pytest
 from botocore.httpsession import URLLib3Session
 from deploy_fakes import REGION, session
-from moto import mock_aws
-
 from llm_byoc.deploy.gateway import AwsGateway
+from moto import mock_aws
 
 _INSTANCE_TYPES = set(
     botocore.session.get_session().get_service_model("sagemaker").shape_for("ProductionVariantInstanceType").enum

@@ -16,8 +16,9 @@ def dry_run(*args: str, region: str | None = "eu-west-1") -> subprocess.Complete
     env["PATH"] = "/usr/bin:/bin"  # whether or not docker / aws exist here, a dry run needs neither
     if region:
         env["AWS_REGION"] = region
-    return subprocess.run(["bash", str(SCRIPT), "--dry-run", *args], capture_output=True, text=True, env=env,
-                          timeout=30)
+    return subprocess.run(
+        ["bash", str(SCRIPT), "--dry-run", *args], capture_output=True, text=True, env=env, timeout=30
+    )
 
 
 def commands(result: subprocess.CompletedProcess) -> list[str]:
@@ -29,12 +30,16 @@ def test_gpu_build_push_plan():
     assert result.returncode == 0, result.stderr
     assert result.stdout == "ACCOUNT_ID.dkr.ecr.eu-west-1.amazonaws.com/team/llm-byoc:gpu\n"
     build, describe, create, login, tag, push = commands(result)
-    assert build.startswith("docker build --platform linux/amd64 --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128")
+    assert build.startswith(
+        "docker build --platform linux/amd64 --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128"
+    )
     assert "--build-arg BASE_IMAGE=pytorch/pytorch:" in build and build.endswith(f"-t llm-byoc:gpu {SCRIPT.parents[1]}")
     assert describe == "aws ecr describe-repositories --repository-names team/llm-byoc --region eu-west-1"
     assert create.startswith("aws ecr create-repository --repository-name team/llm-byoc")
-    assert login == ("aws ecr get-login-password --region eu-west-1 | docker login --username AWS "
-                     "--password-stdin ACCOUNT_ID.dkr.ecr.eu-west-1.amazonaws.com")
+    assert login == (
+        "aws ecr get-login-password --region eu-west-1 | docker login --username AWS "
+        "--password-stdin ACCOUNT_ID.dkr.ecr.eu-west-1.amazonaws.com"
+    )
     assert tag == "docker tag llm-byoc:gpu ACCOUNT_ID.dkr.ecr.eu-west-1.amazonaws.com/team/llm-byoc:gpu"
     assert push == "docker push ACCOUNT_ID.dkr.ecr.eu-west-1.amazonaws.com/team/llm-byoc:gpu"
 

@@ -8,12 +8,25 @@ import json
 import boto3
 import pytest
 from deploy_fakes import IMAGE, ROLE_ARN, sagemaker_backend
-
 from llm_byoc.deploy.cli import main
 
-CREATE = ["create", "--name", "chat", "--image", IMAGE, "--role", ROLE_ARN,
-          "--model-data", "s3://models/chat/model.tar.gz", "--max-num-seqs", "32", "--dtype", "bfloat16",
-          "--poll", "0"]
+CREATE = [
+    "create",
+    "--name",
+    "chat",
+    "--image",
+    IMAGE,
+    "--role",
+    ROLE_ARN,
+    "--model-data",
+    "s3://models/chat/model.tar.gz",
+    "--max-num-seqs",
+    "32",
+    "--dtype",
+    "bfloat16",
+    "--poll",
+    "0",
+]
 
 
 def run(argv: list[str]) -> tuple[int, str]:
@@ -44,41 +57,78 @@ def test_dry_run_create_prints_every_call_and_needs_no_credentials(no_credential
         ("sagemaker", "create_endpoint"),
     ]
     create_model = json.loads(out.splitlines()[2])["params"]
-    assert create_model["PrimaryContainer"]["Environment"] == {"LLM_BYOC_MAX_NUM_SEQS": "32", "LLM_BYOC_DTYPE": "bfloat16"}
+    assert create_model["PrimaryContainer"]["Environment"] == {
+        "LLM_BYOC_MAX_NUM_SEQS": "32",
+        "LLM_BYOC_DTYPE": "bfloat16",
+    }
     assert out.splitlines()[-1] == "chat"
 
 
 def test_dry_run_create_from_a_local_model_folder(no_credentials, tmp_path):
     (tmp_path / "config.json").write_text("{}")
-    argv = ["create", "--name", "chat", "--image", IMAGE, "--role", ROLE_ARN, "--model-path", str(tmp_path), "--dry-run"]
+    argv = [
+        "create",
+        "--name",
+        "chat",
+        "--image",
+        IMAGE,
+        "--role",
+        ROLE_ARN,
+        "--model-path",
+        str(tmp_path),
+        "--dry-run",
+    ]
     code, out = run(argv)
     assert code == 0
     assert dry_calls(out) == [
-        ("sts", "get_caller_identity"), ("s3", "head_bucket"), ("s3", "upload_file"),
-        ("sagemaker", "describe_endpoint"), ("sagemaker", "create_model"),
-        ("sagemaker", "create_endpoint_config"), ("sagemaker", "create_endpoint"),
+        ("sagemaker", "describe_endpoint"),
+        ("sts", "get_caller_identity"),
+        ("s3", "head_bucket"),
+        ("s3", "upload_file"),
+        ("sagemaker", "create_model"),
+        ("sagemaker", "create_endpoint_config"),
+        ("sagemaker", "create_endpoint"),
     ]
-    upload = json.loads(out.splitlines()[2])["params"]
-    assert (upload["Bucket"], upload["Key"]) == ("sagemaker-us-east-1-123456789012", f"llm-byoc/{tmp_path.name}/model.tar.gz")
+    upload = json.loads(out.splitlines()[3])["params"]
+    assert (upload["Bucket"], upload["Key"]) == (
+        "sagemaker-us-east-1-123456789012",
+        f"llm-byoc/{tmp_path.name}/model.tar.gz",
+    )
 
 
 @pytest.mark.parametrize(
     "argv, expected",
     [
-        (["delete", "--name", "chat"], [("sagemaker", "describe_endpoint"), ("sagemaker", "describe_endpoint_config"),
-                                        ("sagemaker", "describe_model"),
-                                        ("application-autoscaling", "describe_scalable_targets"),
-                                        ("application-autoscaling", "deregister_scalable_target"),
-                                        ("sagemaker", "delete_endpoint"), ("sagemaker", "delete_endpoint_config"),
-                                        ("sagemaker", "delete_model")]),
-        (["autoscale", "--name", "chat", "--min", "1", "--max", "4"],
-         [("sagemaker", "describe_endpoint"), ("sagemaker", "describe_endpoint_config"), ("sagemaker", "describe_model"),
-          ("application-autoscaling", "register_scalable_target"), ("application-autoscaling", "put_scaling_policy")]),
+        (
+            ["delete", "--name", "chat"],
+            [
+                ("sagemaker", "describe_endpoint"),
+                ("sagemaker", "describe_endpoint_config"),
+                ("sagemaker", "describe_model"),
+                ("application-autoscaling", "describe_scalable_targets"),
+                ("application-autoscaling", "deregister_scalable_target"),
+                ("sagemaker", "delete_endpoint"),
+                ("sagemaker", "delete_endpoint_config"),
+                ("sagemaker", "delete_model"),
+            ],
+        ),
+        (
+            ["autoscale", "--name", "chat", "--min", "1", "--max", "4"],
+            [
+                ("sagemaker", "describe_endpoint"),
+                ("sagemaker", "describe_endpoint_config"),
+                ("sagemaker", "describe_model"),
+                ("application-autoscaling", "register_scalable_target"),
+                ("application-autoscaling", "put_scaling_policy"),
+            ],
+        ),
         (["ecr", "--repository", "llm-byoc"], [("ecr", "describe_repositories"), ("ecr", "create_repository")]),
         (["ecr", "--login-password"], [("ecr", "get_authorization_token")]),
         (["role", "--bucket", "models"], [("iam", "get_role"), ("iam", "create_role"), ("iam", "put_role_policy")]),
-        (["role"], [("sts", "get_caller_identity"), ("iam", "get_role"), ("iam", "create_role"),
-                    ("iam", "put_role_policy")]),
+        (
+            ["role"],
+            [("sts", "get_caller_identity"), ("iam", "get_role"), ("iam", "create_role"), ("iam", "put_role_policy")],
+        ),
         (["list"], [("sagemaker", "list_endpoints")]),
     ],
 )
@@ -92,9 +142,14 @@ def test_dry_run_update(no_credentials):
     code, out = run(["update", "--name", "chat", "--image", "new:2", "--dry-run"])
     assert code == 0
     assert dry_calls(out) == [
-        ("sagemaker", "describe_endpoint"), ("sagemaker", "describe_endpoint_config"), ("sagemaker", "describe_model"),
-        ("sagemaker", "create_model"), ("sagemaker", "create_endpoint_config"), ("sagemaker", "update_endpoint"),
-        ("sagemaker", "delete_endpoint_config"), ("sagemaker", "delete_model"),  # after InService, in a real run
+        ("sagemaker", "describe_endpoint"),
+        ("sagemaker", "describe_endpoint_config"),
+        ("sagemaker", "describe_model"),
+        ("sagemaker", "create_model"),
+        ("sagemaker", "create_endpoint_config"),
+        ("sagemaker", "update_endpoint"),
+        ("sagemaker", "delete_endpoint_config"),
+        ("sagemaker", "delete_model"),  # after InService, in a real run
     ]
     create_model = json.loads(out.splitlines()[3])["params"]
     assert create_model["PrimaryContainer"]["Image"] == "new:2"
@@ -118,14 +173,31 @@ def test_create_describe_autoscale_delete_against_moto(aws, capsys):
 
     assert run(["delete", "--name", "chat"])[0] == 0
     assert boto3.client("sagemaker").list_endpoints()["Endpoints"] == []
-    assert boto3.client("application-autoscaling").describe_scalable_targets(
-        ServiceNamespace="sagemaker")["ScalableTargets"] == []
+    assert (
+        boto3.client("application-autoscaling").describe_scalable_targets(ServiceNamespace="sagemaker")[
+            "ScalableTargets"
+        ]
+        == []
+    )
 
 
 def test_multi_model_create_then_add_model(aws, tmp_path, capsys):
     boto3.client("s3").create_bucket(Bucket="models")
-    code, _ = run(["create", "--name", "mme", "--image", IMAGE, "--role", ROLE_ARN, "--multi-model",
-                   "--model-data", "s3://models/mme/", "--no-wait"])
+    code, _ = run(
+        [
+            "create",
+            "--name",
+            "mme",
+            "--image",
+            IMAGE,
+            "--role",
+            ROLE_ARN,
+            "--multi-model",
+            "--model-data",
+            "s3://models/mme/",
+            "--no-wait",
+        ]
+    )
     assert code == 0
     model = tmp_path / "smol.gguf"
     model.write_bytes(b"GGUF" + bytes(64))
@@ -184,5 +256,12 @@ def test_ecr_role_package_against_moto(aws, tmp_path):
     (model / "config.json").write_text("{}")
     code, out = run(["package", str(model)])
     assert (code, out) == (0, "s3://sagemaker-us-east-1-123456789012/llm-byoc/SmolLM2/model.tar.gz\n")
-    head = boto3.client("s3").head_object(Bucket="sagemaker-us-east-1-123456789012", Key="llm-byoc/SmolLM2/model.tar.gz")
+    head = boto3.client("s3").head_object(
+        Bucket="sagemaker-us-east-1-123456789012", Key="llm-byoc/SmolLM2/model.tar.gz"
+    )
     assert head["ContentLength"] > 0
+
+
+def test_create_needs_a_model(capsys):
+    assert run(["create", "--name", "chat", "--image", IMAGE, "--role", ROLE_ARN])[0] == 1
+    _one_line_error(capsys, "pass --model-data")

@@ -6,7 +6,6 @@ import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 from deploy_fakes import IMAGE, REGION, ROLE_ARN, sagemaker_backend, session
-
 from llm_byoc.deploy import autoscale, endpoints
 from llm_byoc.deploy.errors import DeployError, EndpointFailed, EndpointNotFound
 from llm_byoc.deploy.gateway import AwsGateway
@@ -17,8 +16,13 @@ STAMP = "20260101-000000"
 
 
 def spec(**overrides) -> EndpointSpec:
-    base = dict(name="chat", image=IMAGE, role_arn=ROLE_ARN, model_data="s3://models/chat/model.tar.gz",
-                environment={"LLM_BYOC_MAX_NUM_SEQS": "32"})
+    base = dict(
+        name="chat",
+        image=IMAGE,
+        role_arn=ROLE_ARN,
+        model_data="s3://models/chat/model.tar.gz",
+        environment={"LLM_BYOC_MAX_NUM_SEQS": "32"},
+    )
     return EndpointSpec(**{**base, **overrides})
 
 
@@ -44,8 +48,14 @@ def test_create_dedicated_endpoint(gateway):
 
 
 def test_create_multi_model_endpoint(gateway):
-    s = spec(name="mme", model_data="s3://models/mme/", multi_model=True, instance_type="ml.m5.xlarge",
-             environment={"LLM_BYOC_MEMORY_BUDGET": "8GiB"}, volume_size_gb=64)
+    s = spec(
+        name="mme",
+        model_data="s3://models/mme/",
+        multi_model=True,
+        instance_type="ml.m5.xlarge",
+        environment={"LLM_BYOC_MEMORY_BUDGET": "8GiB"},
+        volume_size_gb=64,
+    )
     endpoints.create(gateway, s, STAMP, None, out=io.StringIO())
     sm = boto3.client("sagemaker")
     container = sm.describe_model(ModelName="mme-20260101-000000")["PrimaryContainer"]
@@ -117,24 +127,48 @@ NEW = "chat-20260102-000000"
 
 
 def _old_model() -> dict:
-    return {"ModelName": OLD, "ExecutionRoleArn": ROLE_ARN, "ModelArn": f"arn:aws:sagemaker:{REGION}:1:model/{OLD}",
-            "CreationTime": "2026-01-01T00:00:00Z",
-            "PrimaryContainer": {"Image": IMAGE, "Mode": "SingleModel", "ModelDataUrl": "s3://models/chat/model.tar.gz",
-                                 "Environment": {"LLM_BYOC_MAX_NUM_SEQS": "32"}}}
+    return {
+        "ModelName": OLD,
+        "ExecutionRoleArn": ROLE_ARN,
+        "ModelArn": f"arn:aws:sagemaker:{REGION}:1:model/{OLD}",
+        "CreationTime": "2026-01-01T00:00:00Z",
+        "PrimaryContainer": {
+            "Image": IMAGE,
+            "Mode": "SingleModel",
+            "ModelDataUrl": "s3://models/chat/model.tar.gz",
+            "Environment": {"LLM_BYOC_MAX_NUM_SEQS": "32"},
+        },
+    }
 
 
 def _old_config() -> dict:
-    return {"EndpointConfigName": OLD, "EndpointConfigArn": f"arn:aws:sagemaker:{REGION}:123456789012:endpoint/chat", "CreationTime": "2026-01-01T00:00:00Z",
-            "ProductionVariants": [{"VariantName": "AllTraffic", "ModelName": OLD, "InstanceType": "ml.g5.xlarge",
-                                    "InitialInstanceCount": 1,
-                                    "ContainerStartupHealthCheckTimeoutInSeconds": 900,
-                                    "ModelDataDownloadTimeoutInSeconds": 1200}]}
+    return {
+        "EndpointConfigName": OLD,
+        "EndpointConfigArn": f"arn:aws:sagemaker:{REGION}:123456789012:endpoint/chat",
+        "CreationTime": "2026-01-01T00:00:00Z",
+        "ProductionVariants": [
+            {
+                "VariantName": "AllTraffic",
+                "ModelName": OLD,
+                "InstanceType": "ml.g5.xlarge",
+                "InitialInstanceCount": 1,
+                "ContainerStartupHealthCheckTimeoutInSeconds": 900,
+                "ModelDataDownloadTimeoutInSeconds": 1200,
+            }
+        ],
+    }
 
 
 def _endpoint(status: str, config: str, reason: str | None = None) -> dict:
-    d = {"EndpointName": "chat", "EndpointArn": f"arn:aws:sagemaker:{REGION}:123456789012:endpoint/chat", "EndpointConfigName": config, "EndpointStatus": status,
-         "CreationTime": "2026-01-01T00:00:00Z", "LastModifiedTime": "2026-01-01T00:00:00Z",
-         "ProductionVariants": [{"VariantName": "AllTraffic"}]}
+    d = {
+        "EndpointName": "chat",
+        "EndpointArn": f"arn:aws:sagemaker:{REGION}:123456789012:endpoint/chat",
+        "EndpointConfigName": config,
+        "EndpointStatus": status,
+        "CreationTime": "2026-01-01T00:00:00Z",
+        "LastModifiedTime": "2026-01-01T00:00:00Z",
+        "ProductionVariants": [{"VariantName": "AllTraffic"}],
+    }
     if reason:
         d["FailureReason"] = reason
     return d
@@ -148,34 +182,102 @@ def stubbed():
         stub.add_response("describe_endpoint", _endpoint("InService", OLD), {"EndpointName": "chat"})
         stub.add_response("describe_endpoint_config", _old_config(), {"EndpointConfigName": OLD})
         stub.add_response("describe_model", _old_model(), {"ModelName": OLD})
-        new_model = {**_old_model()["PrimaryContainer"], "Image": "new-image:2",
-                     "Environment": {"LLM_BYOC_MAX_NUM_SEQS": "64"}}
-        stub.add_response("create_model", {"ModelArn": f"arn:aws:sagemaker:{REGION}:123456789012:model/{NEW}"},
-                          {"ModelName": NEW, "ExecutionRoleArn": ROLE_ARN, "PrimaryContainer": new_model, "Tags": ANY})
+        new_model = {
+            **_old_model()["PrimaryContainer"],
+            "Image": "new-image:2",
+            "Environment": {"LLM_BYOC_MAX_NUM_SEQS": "64"},
+        }
+        stub.add_response(
+            "create_model",
+            {"ModelArn": f"arn:aws:sagemaker:{REGION}:123456789012:model/{NEW}"},
+            {"ModelName": NEW, "ExecutionRoleArn": ROLE_ARN, "PrimaryContainer": new_model, "Tags": ANY},
+        )
         new_variant = {**_old_config()["ProductionVariants"][0], "ModelName": NEW, "InitialVariantWeight": 1.0}
-        stub.add_response("create_endpoint_config", {"EndpointConfigArn": f"arn:aws:sagemaker:{REGION}:123456789012:endpoint-config/{NEW}"},
-                          {"EndpointConfigName": NEW, "ProductionVariants": [new_variant], "Tags": ANY})
-        stub.add_response("update_endpoint", {"EndpointArn": f"arn:aws:sagemaker:{REGION}:123456789012:endpoint/chat"},
-                          {"EndpointName": "chat", "EndpointConfigName": NEW, "RetainAllVariantProperties": False})
+        stub.add_response(
+            "create_endpoint_config",
+            {"EndpointConfigArn": f"arn:aws:sagemaker:{REGION}:123456789012:endpoint-config/{NEW}"},
+            {"EndpointConfigName": NEW, "ProductionVariants": [new_variant], "Tags": ANY},
+        )
         yield gateway, stub
+
+
+UPDATE_PARAMS = {"EndpointName": "chat", "EndpointConfigName": NEW, "RetainAllVariantProperties": False}
+ENDPOINT_ARN = f"arn:aws:sagemaker:{REGION}:123456789012:endpoint/chat"
 
 
 def test_update_rolls_to_a_new_config_then_removes_the_old(stubbed):
     gateway, stub = stubbed
+    stub.add_response("update_endpoint", {"EndpointArn": ENDPOINT_ARN}, UPDATE_PARAMS)
     stub.add_response("describe_endpoint", _endpoint("Updating", OLD), {"EndpointName": "chat"})
     stub.add_response("describe_endpoint", _endpoint("InService", NEW), {"EndpointName": "chat"})
     stub.add_response("delete_endpoint_config", {}, {"EndpointConfigName": OLD})
     stub.add_response("delete_model", {}, {"ModelName": OLD})
-    endpoints.update(gateway, "chat", "20260102-000000", quiet_wait, out=io.StringIO(),
-                     image="new-image:2", environment={"LLM_BYOC_MAX_NUM_SEQS": "64"})
+    endpoints.update(
+        gateway,
+        "chat",
+        "20260102-000000",
+        quiet_wait,
+        out=io.StringIO(),
+        image="new-image:2",
+        environment={"LLM_BYOC_MAX_NUM_SEQS": "64"},
+    )
     stub.assert_no_pending_responses()
 
 
 def test_failed_update_keeps_the_old_config(stubbed):
     gateway, stub = stubbed
-    stub.add_response("describe_endpoint", _endpoint("InService", OLD, reason="image pull failed"),
-                      {"EndpointName": "chat"})
+    stub.add_response("update_endpoint", {"EndpointArn": ENDPOINT_ARN}, UPDATE_PARAMS)
+    stub.add_response(
+        "describe_endpoint", _endpoint("InService", OLD, reason="image pull failed"), {"EndpointName": "chat"}
+    )
     with pytest.raises(EndpointFailed, match="rolled back to chat-20260101-000000: image pull failed"):
-        endpoints.update(gateway, "chat", "20260102-000000", quiet_wait, out=io.StringIO(),
-                         image="new-image:2", environment={"LLM_BYOC_MAX_NUM_SEQS": "64"})
+        endpoints.update(
+            gateway,
+            "chat",
+            "20260102-000000",
+            quiet_wait,
+            out=io.StringIO(),
+            image="new-image:2",
+            environment={"LLM_BYOC_MAX_NUM_SEQS": "64"},
+        )
     stub.assert_no_pending_responses()  # and no delete of the old config or model was attempted
+
+
+def test_delete_copes_with_a_config_and_model_deleted_by_hand(gateway):
+    endpoints.create(gateway, spec(), STAMP, None, out=io.StringIO())
+    sm = boto3.client("sagemaker")
+    sm.delete_endpoint_config(EndpointConfigName="chat-20260101-000000")
+    sm.delete_model(ModelName="chat-20260101-000000")
+    endpoints.delete(gateway, "chat", out=io.StringIO())
+    assert sm.list_endpoints()["Endpoints"] == []
+
+
+def test_update_without_the_current_config_says_so(gateway):
+    endpoints.create(gateway, spec(), STAMP, None, out=io.StringIO())
+    boto3.client("sagemaker").delete_endpoint_config(EndpointConfigName="chat-20260101-000000")
+    with pytest.raises(DeployError, match="no longer exists"):
+        endpoints.update(gateway, "chat", "20260102-000000", None, out=io.StringIO(), image="x:2")
+
+
+def test_refused_update_leaves_no_orphans(stubbed):
+    gateway, stub = stubbed
+    stub.add_client_error(
+        "update_endpoint",
+        "ValidationException",
+        "Cannot update in-progress endpoint",
+        400,
+        expected_params=UPDATE_PARAMS,
+    )
+    stub.add_response("delete_endpoint_config", {}, {"EndpointConfigName": NEW})
+    stub.add_response("delete_model", {}, {"ModelName": NEW})
+    with pytest.raises(DeployError, match="update_endpoint failed: ValidationException: Cannot update in-progress"):
+        endpoints.update(
+            gateway,
+            "chat",
+            "20260102-000000",
+            quiet_wait,
+            out=io.StringIO(),
+            image="new-image:2",
+            environment={"LLM_BYOC_MAX_NUM_SEQS": "64"},
+        )
+    stub.assert_no_pending_responses()

@@ -4,9 +4,7 @@ import tarfile
 
 import boto3
 import pytest
-
 from deploy_fakes import session
-
 from llm_byoc.deploy import package
 from llm_byoc.deploy.errors import DeployError
 from llm_byoc.deploy.gateway import AwsGateway

@@ -4,7 +4,6 @@ import json
 
 import boto3
 import pytest
-
 from llm_byoc.deploy import role
 from llm_byoc.deploy.errors import DeployError
 

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import pytest
-
 from llm_byoc.deploy.errors import DeployError
 from llm_byoc.deploy.specs import (
     EndpointSpec,
@@ -59,9 +58,17 @@ def test_multi_model_requests():
 
 
 @pytest.mark.parametrize(
-    "instance, ok", [("ml.m5.xlarge", True), ("ml.c5.xlarge", True), ("ml.g5.xlarge", False),
-                     ("ml.g4dn.xlarge", False), ("ml.g6.2xlarge", False), ("ml.m5d.large", False),
-                     ("ml.p4d.24xlarge", False), ("ml.inf2.xlarge", True)],
+    "instance, ok",
+    [
+        ("ml.m5.xlarge", True),
+        ("ml.c5.xlarge", True),
+        ("ml.g5.xlarge", False),
+        ("ml.g4dn.xlarge", False),
+        ("ml.g6.2xlarge", False),
+        ("ml.m5d.large", False),
+        ("ml.p4d.24xlarge", False),
+        ("ml.inf2.xlarge", True),
+    ],
 )
 def test_volume_size_only_for_ebs_instances(instance, ok):
     assert supports_volume_size(instance) is ok
@@ -111,7 +118,8 @@ def test_spec_from_existing_applies_overrides_and_merges_environment():
     config = endpoint_config_request(s, "chat-1", "chat-1")
     again = spec_from_existing("chat", model, config)
     assert again == s
-    updated = spec_from_existing("chat", model, config, image="new:2", environment={"LLM_BYOC_MAX_NUM_SEQS": "16"},
-                                 instance_type=None)
+    updated = spec_from_existing(
+        "chat", model, config, image="new:2", environment={"LLM_BYOC_MAX_NUM_SEQS": "16"}, instance_type=None
+    )
     assert updated.image == "new:2" and updated.instance_type == "ml.g5.xlarge"
     assert dict(updated.environment) == {"LLM_BYOC_MAX_NUM_SEQS": "16", "LLM_BYOC_DTYPE": "float16"}

@@ -3,7 +3,6 @@ from __future__ import annotations
 import io
 
 import pytest
-
 from llm_byoc.deploy.errors import DeployError, EndpointFailed, EndpointNotFound
 from llm_byoc.deploy.waiter import wait_in_service
 
@@ -28,8 +27,9 @@ class ScriptedGateway:
 
 def wait(gateway, **kwargs):
     out = io.StringIO()
-    result = wait_in_service(gateway, "chat", out=out, clock=lambda: gateway.now, sleep=gateway.sleep, poll_s=30,
-                             **kwargs)
+    result = wait_in_service(
+        gateway, "chat", out=out, clock=lambda: gateway.now, sleep=gateway.sleep, poll_s=30, **kwargs
+    )
     return result, out.getvalue()
 
 

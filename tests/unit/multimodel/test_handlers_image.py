@@ -12,12 +12,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from mme_tiny_models import build_tiny_onnx, jpeg_bytes, png_bytes  # noqa: E402
-
-from llm_byoc.errors import InvalidRequest, ModelLoadError, UnsupportedMediaType  # noqa: E402
-from llm_byoc.multimodel.handlers.image import ImageClassificationHandler, preprocess  # noqa: E402
-from llm_byoc.multimodel.messages import Invocation  # noqa: E402
-from llm_byoc.multimodel.store import describe_model  # noqa: E402
+from llm_byoc.errors import InvalidRequest, ModelLoadError, UnsupportedMediaType
+from llm_byoc.multimodel.handlers.image import ImageClassificationHandler, preprocess
+from llm_byoc.multimodel.messages import Invocation
+from llm_byoc.multimodel.store import describe_model
+from mme_tiny_models import build_tiny_onnx, jpeg_bytes, png_bytes
 
 
 @pytest.fixture(scope="module")

@@ -10,11 +10,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from mme_tiny_models import build_tiny_classifier, build_tiny_embedder  # noqa: E402
-
-from llm_byoc.errors import InvalidRequest, ModelLoadError, UnsupportedMediaType  # noqa: E402
-from llm_byoc.multimodel.messages import Invocation  # noqa: E402
-from llm_byoc.multimodel.store import Task, describe_model  # noqa: E402
+from llm_byoc.errors import InvalidRequest, ModelLoadError, UnsupportedMediaType
+from llm_byoc.multimodel.messages import Invocation
+from llm_byoc.multimodel.store import Task, describe_model
+from mme_tiny_models import build_tiny_classifier, build_tiny_embedder
 
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)

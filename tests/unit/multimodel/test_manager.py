@@ -13,12 +13,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from mme_fakes import FakeFactory  # noqa: E402
-
-from llm_byoc.errors import EngineDead, InsufficientMemory, ModelAlreadyLoaded, ModelLoadError, ModelNotFound  # noqa: E402
-from llm_byoc.multimodel.manager import ModelManager  # noqa: E402
-from llm_byoc.multimodel.messages import Invocation  # noqa: E402
-from llm_byoc.multimodel.store import ModelStore  # noqa: E402
+from llm_byoc.errors import EngineDead, InsufficientMemory, ModelAlreadyLoaded, ModelLoadError, ModelNotFound
+from llm_byoc.multimodel.manager import ModelManager
+from llm_byoc.multimodel.messages import Invocation
+from llm_byoc.multimodel.store import ModelStore
+from mme_fakes import FakeFactory
 
 MB = 1_000_000
 

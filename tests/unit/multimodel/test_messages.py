@@ -5,7 +5,6 @@ from __future__ import annotations
 import multiprocessing
 
 import pytest
-
 from llm_byoc.multimodel import messages as wire
 
 

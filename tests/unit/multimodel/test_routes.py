@@ -14,11 +14,10 @@ from flask import Flask
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from mme_fakes import FakeFactory  # noqa: E402
-
-from llm_byoc.api.errors import register_error_handlers  # noqa: E402
-from llm_byoc.config import MultiModelConfig  # noqa: E402
-from llm_byoc.multimodel.routes import TARGET_MODEL_HEADER, register_multi_model_routes  # noqa: E402
+from llm_byoc.api.errors import register_error_handlers
+from llm_byoc.config import MultiModelConfig
+from llm_byoc.multimodel.routes import TARGET_MODEL_HEADER, register_multi_model_routes
+from mme_fakes import FakeFactory
 
 MB = 1_000_000
 

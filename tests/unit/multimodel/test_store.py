@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from llm_byoc.errors import InvalidRequest, ModelLoadError, ModelNotFound
 from llm_byoc.multimodel.store import (
     Framework,

@@ -6,13 +6,14 @@ import shutil
 
 import pytest
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, MistralConfig, Qwen2Config
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, MistralConfig, OPTConfig, Qwen2Config
 
 from fixtures.step_driver import Request, drive
 from llm_byoc.config import EngineConfig
 from llm_byoc.errors import ModelLoadError
 from llm_byoc.protocol import SamplingParams
 from llm_byoc.worker.loading import load_model
+from llm_byoc.worker.models import check_supported
 from llm_byoc.worker.runner import ModelRunner
 from worker_reference import hf_greedy
 
@@ -35,6 +36,19 @@ def test_unsupported_family_is_refused_before_loading_weights(tiny_llama_dir, tm
         load_model(EngineConfig(model=folder))
 
 
+def test_rope_that_depends_on_the_batch_is_refused():
+    config = LlamaConfig(rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0})
+    with pytest.raises(ModelLoadError, match="rope type 'dynamic'"):
+        check_supported(config, 256)
+
+
+def test_sliding_window_shorter_than_the_context_is_refused():
+    config = MistralConfig(sliding_window=128)
+    with pytest.raises(ModelLoadError, match="LLM_BYOC_MAX_MODEL_LEN <= 128"):
+        check_supported(config, 256)
+    check_supported(config, 128)
+
+
 def test_context_longer_than_the_model_is_refused(tiny_opt_dir):
     with pytest.raises(ModelLoadError, match="exceeds the model's max_position_embeddings"):
         load_model(EngineConfig(model=str(tiny_opt_dir), max_model_len=1024))
@@ -47,26 +61,34 @@ def test_model_info(tiny_llama_dir):
     assert info.kv_cache_bytes == 2 * 2 * 2 * 16 * 4 * 5 * 128  # K+V, layers, kv heads, head dim, fp32, slots, len
 
 
-@pytest.mark.parametrize("family", ["qwen2", "mistral"])
-def test_llama_like_families_match_generate(family, tiny_llama_dir, tmp_path):
+def _family_config(family: str):
+    if family == "opt-post-norm":  # opt-350m layout: post-LN, project_in/out around a wider hidden size
+        return OPTConfig(
+            vocab_size=384, hidden_size=64, ffn_dim=128, num_hidden_layers=2, num_attention_heads=4,
+            max_position_embeddings=256, word_embed_proj_dim=32, do_layer_norm_before=False,
+            bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False,
+        )
     common = dict(
         vocab_size=384, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
         bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False,
     )
     if family == "qwen2":
-        config = Qwen2Config(**common)
-    else:
-        config = MistralConfig(sliding_window=None, **common)
-    torch.manual_seed(0)
+        return Qwen2Config(**common)
+    return MistralConfig(sliding_window=None, **common)
+
+
+@pytest.mark.parametrize("family", ["qwen2", "mistral", "opt-post-norm"])
+def test_other_layouts_match_generate(family, tiny_llama_dir, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_config(config)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(_family_config(family))
     with torch.no_grad():
         model.lm_head.weight.mul_(8.0)
         for name, param in model.named_parameters():
             if name.endswith("proj.bias"):  # qwen2's q/k/v biases: make them matter
-                param.normal_(0, 0.5)
+                param.normal_(0, 0.1)
     folder = _folder_like(tiny_llama_dir, tmp_path, family, model)
     runner = ModelRunner.from_config(EngineConfig(model=folder, max_num_seqs=2))
     prompts = [[5, 9, 30, 41, 7, 100, 200], [17, 4, 99]]

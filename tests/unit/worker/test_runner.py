@@ -90,3 +90,35 @@ def test_greedy_logprobs_are_log_softmax_of_model_logits(tiny_opt_dir):
     expected = torch.log_softmax(logits, -1)
     assert out.samples[0].token_id == int(expected.argmax())
     assert out.samples[0].logprob == pytest.approx(float(expected.max()), abs=1e-4)
+
+
+@pytest.mark.parametrize(
+    "chunk, message",
+    [
+        (ScheduledChunk("a", [5, 6], 3, True), "starts at 3, but 0 tokens are cached"),
+        (ScheduledChunk("a", [5, 999], 0, True), "token id out of range"),
+        (ScheduledChunk("a", [5] * 300, 0, True), "exceed the context of 256"),
+        (ScheduledChunk("a", [], 0, True), "empty chunk"),
+        (ScheduledChunk("zz", [5], 0, True), "unknown sequence 'zz'"),
+    ],
+)
+def test_a_bad_batch_fails_clearly_and_changes_nothing(tiny_opt_dir, chunk, message):
+    runner = ModelRunner.from_config(EngineConfig(model=str(tiny_opt_dir), max_num_seqs=2))
+    batch = StepBatch(0, [NewSequence("a", SamplingParams())], [chunk])
+    with pytest.raises(ValueError, match=message):
+        runner.step(batch)
+    assert runner.num_active == 0
+    good = StepBatch(1, [NewSequence("a", SamplingParams())], [ScheduledChunk("a", [5, 6], 0, True)])
+    assert len(runner.step(good).samples) == 1
+
+
+def test_slot_accounting(tiny_opt_dir):
+    runner = ModelRunner.from_config(EngineConfig(model=str(tiny_opt_dir), max_num_seqs=2))
+    two = [NewSequence("a", SamplingParams()), NewSequence("b", SamplingParams())]
+    runner.step(StepBatch(0, two))
+    with pytest.raises(ValueError, match="1 new sequences but only 0 free KV slots"):
+        runner.step(StepBatch(1, [NewSequence("c", SamplingParams())]))
+    with pytest.raises(ValueError, match="already in use"):
+        runner.step(StepBatch(2, [NewSequence("a", SamplingParams())], freed=["nobody"]))
+    runner.step(StepBatch(3, [NewSequence("c", SamplingParams())], freed=["a", "a"]))  # freed first
+    assert runner.num_active == 2

@@ -59,8 +59,8 @@ def preprocess(image, resize: int = 256, crop: int = 224) -> np.ndarray:
     new_long = int(resize * long / short)
     size = (resize, new_long) if width <= height else (new_long, resize)
     image = image.resize(size, Image.BILINEAR)
-    left = int(round((size[0] - crop) / 2.0))
-    top = int(round((size[1] - crop) / 2.0))
+    left = round((size[0] - crop) / 2.0)
+    top = round((size[1] - crop) / 2.0)
     image = image.crop((left, top, left + crop, top + crop))
     pixels = np.asarray(image, dtype=np.float32) / 255.0  # [H, W, 3]
     pixels = (pixels - IMAGENET_MEAN) / IMAGENET_STD

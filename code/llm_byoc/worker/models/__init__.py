@@ -19,6 +19,8 @@ DECODERS = {
     "opt": OPTDecoder,
 }
 
+_PER_BATCH_ROPE = ("dynamic", "longrope")
+
 
 def check_supported(config, max_model_len: int) -> None:
     """Raise ModelLoadError for a model this worker cannot run exactly."""
@@ -26,6 +28,13 @@ def check_supported(config, max_model_len: int) -> None:
     if model_type not in DECODERS:
         raise ModelLoadError(
             f"model type {model_type!r} is not supported; supported: {', '.join(sorted(DECODERS))}"
+        )
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
+    rope = rope if isinstance(rope, dict) else {}
+    if rope.get("rope_type", rope.get("type")) in _PER_BATCH_ROPE:
+        raise ModelLoadError(
+            f"rope type {rope.get('rope_type')!r} rescales by the longest sequence in a batch, "
+            "which a continuously batched step cannot reproduce; it is not supported"
         )
     window = getattr(config, "sliding_window", None)
     uses_window = getattr(config, "use_sliding_window", model_type == "mistral")
