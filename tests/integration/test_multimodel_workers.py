@@ -138,6 +138,20 @@ def test_pending_requests_fail_when_the_worker_dies(root):
         worker.stop()
 
 
+def test_hung_worker_times_out_and_is_killed_on_stop(root):
+    from llm_byoc.errors import RequestTimeout
+
+    worker = ModelWorker(describe_model("gamma", root / "gamma"), num_threads=1)
+    worker.start(timeout_s=60)
+    pid = worker.pid
+    os.kill(pid, signal.SIGSTOP)
+    with pytest.raises(RequestTimeout):
+        worker.invoke(Invocation(content_type="image/png"), png_bytes(RED), timeout_s=0.5)
+    started = time.monotonic()
+    worker.stop(timeout_s=1.0)
+    assert time.monotonic() - started < 10 and not pid_exists(pid)
+
+
 def test_corrupt_folder_is_a_clear_error_and_others_keep_serving(app_and_factory):
     app, _ = app_and_factory
     client = app.test_client()

@@ -9,7 +9,6 @@ import threading
 import time
 
 import pytest
-
 from llm_byoc.api import serve
 from llm_byoc.config import ServerConfig
 

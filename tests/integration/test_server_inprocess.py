@@ -6,7 +6,6 @@ import time
 
 import pytest
 import torch
-
 from llm_byoc.api.app import create_app
 from llm_byoc.config import EngineConfig, ServerConfig
 from llm_byoc.engine.llm_engine import LLMEngine

@@ -59,9 +59,7 @@ def create_app(engine: Any, config: ServerConfig) -> Flask:
             g.streaming = True
             frames = stream_frames(handle, invocation.stream_writer(ctx), config.timeout_s, request_log)
             response = Response(stream_with_context(frames), mimetype=SSE_MIMETYPE, headers=sse_headers())
-            # A body closed before its first chunk never runs the generator's cleanup:
-            # abort here too (a no-op once every sequence finished).
-            response.call_on_close(handle.abort)
+            response.call_on_close(lambda: _closed_unread(handle, request_log))
             return response
         try:
             results = handle.result(timeout_s=config.timeout_s)
@@ -81,6 +79,13 @@ def create_app(engine: Any, config: ServerConfig) -> Flask:
         )
 
     return app
+
+
+def _closed_unread(handle: Any, request_log: RequestLog) -> None:
+    """A body closed before its first chunk never runs the generator's cleanup:
+    abort and log here too (both are no-ops once the stream itself ended)."""
+    handle.abort()
+    request_log.finish(200, stream_status="closed_unread")
 
 
 def create_multi_model_app(config: ServerConfig, multi_model: MultiModelConfig) -> Flask:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import EngineNotReady, ServingError
 from ..protocol import EngineState, HealthReport
@@ -32,7 +33,7 @@ class EngineLink:
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self) -> "EngineLink":
+    def start(self) -> EngineLink:
         self._thread = threading.Thread(target=self._connect_loop, name="engine-link", daemon=True)
         self._thread.start()
         return self

@@ -12,8 +12,9 @@ Only ``n: 1`` is supported; ``prompt`` may be a string or a list of strings
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from ..engine.outputs import GenerationResult, TokenEvent
 from ..errors import InvalidRequest
@@ -77,7 +78,7 @@ class OpenAIInvocation:
         completion = sum(r.completion_tokens for r in results)
         return {**self.header(ctx, chunk=False), "choices": choices, "usage": usage(prompt, completion)}
 
-    def stream_writer(self, ctx: ResponseContext) -> "OpenAIStreamWriter":
+    def stream_writer(self, ctx: ResponseContext) -> OpenAIStreamWriter:
         return OpenAIStreamWriter(self, ctx)
 
 

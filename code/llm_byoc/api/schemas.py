@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 from ..engine.outputs import GenerationResult, TokenEvent
 from ..errors import InvalidRequest

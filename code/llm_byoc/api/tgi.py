@@ -17,8 +17,9 @@ forces greedy. Sampling without a temperature uses 1.0.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from ..engine.outputs import GenerationResult, TokenEvent
 from ..errors import InvalidRequest
@@ -77,7 +78,7 @@ class TGIInvocation:
     def full_text(self, index: int, text: str) -> str:
         return self.prompts[index] + text if self.return_full_text else text
 
-    def stream_writer(self, ctx: ResponseContext) -> "TGIStreamWriter":
+    def stream_writer(self, ctx: ResponseContext) -> TGIStreamWriter:
         return TGIStreamWriter(self, ctx)
 
 

@@ -27,7 +27,9 @@ def create_wsgi_app() -> Flask:
     configure_logging(config.log_level)
     if config.multi_model:
         return create_multi_model_app(config, MultiModelConfig.from_env())
-    from ..engine.llm_engine import LLMEngine  # the engine's front end; the model lives elsewhere
+    from ..engine.llm_engine import (
+        LLMEngine,  # the engine's front end; the model lives elsewhere
+    )
 
     link = EngineLink(lambda: LLMEngine.connect(config.engine_socket), config.engine_socket).start()
     return create_app(link, config)

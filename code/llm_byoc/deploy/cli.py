@@ -136,10 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
-    from . import commands  # after parsing: --help stays fast
-
     out = out or sys.stdout
     args = build_parser().parse_args(argv)
+    from . import commands  # after parsing: --help stays fast
+
     try:
         gateway = make_gateway(args.region, args.profile, args.dry_run, out=out)
         return commands.run(args, gateway, out)

@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import functools
 import json
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -30,6 +31,7 @@ from .gateway import AwsGateway
 from .specs import DEFAULT_CPU_INSTANCE, DEFAULT_GPU_INSTANCE, EndpointSpec, timestamp
 from .waiter import describe_endpoint, wait_in_service
 
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
 _PLACEHOLDER_ROLE = "arn:aws:iam::000000000000:role/placeholder"
 _ENV_FLAGS = {
     "dtype": ENV_DTYPE,
@@ -125,6 +127,9 @@ def cmd_create(args, gateway: AwsGateway, out: TextIO) -> int:
 
 
 def cmd_add_model(args, gateway: AwsGateway, out: TextIO) -> int:
+    if not _MODEL_NAME.fullmatch(args.model_name):
+        raise DeployError(f"model name {args.model_name!r}: letters, digits, . _ - (it becomes <name>.tar.gz)")
+    package.model_files(Path(args.model_path).expanduser().resolve())  # a wrong path fails before any AWS call
     prefix = args.s3_prefix or endpoints.model_prefix(gateway, args.endpoint)
     if not prefix.endswith("/"):
         raise DeployError(f"S3 prefix {prefix!r} must end with /")

@@ -27,4 +27,7 @@ class EndpointNotFound(DeployError):
 
 class EndpointFailed(DeployError):
     def __init__(self, name: str, status: str, reason: str | None):
-        super().__init__(f"endpoint {name!r} is {status}: {reason or 'SageMaker gave no reason'}")
+        super().__init__(
+            f"endpoint {name!r} is {status}: {reason or 'SageMaker gave no reason'} "
+            f"(container log: CloudWatch log group /aws/sagemaker/Endpoints/{name})"
+        )

@@ -32,6 +32,7 @@ from .store import ModelSpec, ModelStore, validate_name
 
 log = logging.getLogger(__name__)
 MiB = 1024 * 1024
+WORKER_GRACE_S = 5.0
 
 
 class Worker(Protocol):
@@ -66,13 +67,11 @@ class ModelManager:
         store: ModelStore,
         budget_bytes: int,
         worker_factory: Callable[[ModelSpec], Worker],
-        invoke_timeout_s: float = 60.0,
         drain_timeout_s: float = 30.0,
     ):
         self.store = store
         self.budget_bytes = budget_bytes
         self._factory = worker_factory
-        self._invoke_timeout_s = invoke_timeout_s
         self._drain_timeout_s = drain_timeout_s
         self._lock = threading.Condition()
         self._loaded: OrderedDict[str, LoadedModel] = OrderedDict()  # least recently used first
@@ -128,7 +127,8 @@ class ModelManager:
         outcome = "error"
         try:
             with self.acquire(name) as entry:
-                reply, out = entry.worker.invoke(invocation, body, self._invoke_timeout_s)
+                # The handler enforces the request's timeout itself; the grace covers the pipe.
+                reply, out = entry.worker.invoke(invocation, body, invocation.timeout_s + WORKER_GRACE_S)
             outcome = f"ok (model {reply.compute_s * 1e3:.1f} ms)"
             return reply, out
         finally:

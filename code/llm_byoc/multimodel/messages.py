@@ -21,6 +21,7 @@ class Invocation:
     content_type: str = "application/json"
     accept: str = "application/json"
     params: dict[str, str] = field(default_factory=dict)  # query string (top_k=...)
+    timeout_s: float = 60.0  # the handler gives up (and frees the work) after this
 
 
 @dataclass(frozen=True)

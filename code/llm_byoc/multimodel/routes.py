@@ -65,18 +65,19 @@ def _page(manager: ModelManager) -> dict:
     return body
 
 
-def _invocation() -> tuple[Invocation, bytes]:
+def _invocation(timeout_s: float) -> tuple[Invocation, bytes]:
     invocation = Invocation(
         content_type=request.content_type or "application/json",
         accept=request.headers.get("Accept", "application/json"),
         params=request.args.to_dict(),
+        timeout_s=timeout_s,
     )
     return invocation, request.get_data(cache=False)
 
 
-def _respond(manager: ModelManager, name: str) -> Response:
+def _respond(manager: ModelManager, name: str, timeout_s: float) -> Response:
     validate_name(name)
-    invocation, body = _invocation()
+    invocation, body = _invocation(timeout_s)
     reply, out = manager.invoke(name, invocation, body)
     response = Response(out, status=200, content_type=reply.content_type)
     response.headers[MODEL_TIME_HEADER] = f"{reply.compute_s * 1e3:.3f}"
@@ -87,8 +88,13 @@ def register_multi_model_routes(
     app: Flask,
     config: MultiModelConfig,
     worker_factory: Callable[[ModelSpec], Worker] | None = None,
+    invoke_timeout_s: float = 60.0,
 ) -> None:
-    """Add the MME routes; ``worker_factory`` defaults to one process per model (tests pass fakes)."""
+    """Add the MME routes.
+
+    ``worker_factory`` defaults to one process per model (tests pass fakes);
+    ``invoke_timeout_s`` bounds one invoke (SAGEMAKER_MODEL_SERVER_TIMEOUT: 504 after it).
+    """
     factory = worker_factory or ProcessWorkerFactory(config.engine)
     manager = ModelManager(ModelStore(config.model_root), config.memory_budget_bytes, factory)
     app.extensions[EXTENSION_KEY] = manager
@@ -117,14 +123,14 @@ def register_multi_model_routes(
 
     @app.post("/models/<name>/invoke", endpoint="mme_invoke_model")
     def invoke_model(name: str):
-        return _respond(manager, name)
+        return _respond(manager, name, invoke_timeout_s)
 
     @app.post("/invocations", endpoint="mme_invocations")
     def invocations():
         name = request.headers.get(TARGET_MODEL_HEADER)
         if not name:
             raise InvalidRequest(f"multi-model mode needs the {TARGET_MODEL_HEADER} header")
-        return _respond(manager, name)
+        return _respond(manager, name, invoke_timeout_s)
 
     if not any(rule.rule == "/ping" for rule in app.url_map.iter_rules()):
 

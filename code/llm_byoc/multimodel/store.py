@@ -6,8 +6,17 @@ A model is a folder under the model root. Its metadata comes from an optional
     {"task": "image-classification", "framework": "onnx",
      "model_file": "model.onnx", "labels_file": "labels.txt", "top_k": 5}
 
-Every key is optional. Without the file (or without ``task``/``framework``)
-they are inferred from the folder's files:
+Keys (all optional):
+  task        causal-lm | text-embedding | text-classification | image-classification
+  framework   pytorch | onnx
+  size_bytes  the memory estimate used before the first load (default: the
+              size of the weight files); after a load the measured RSS counts
+  other keys  options of the handler, e.g. for images ``model_file``,
+              ``labels_file`` (one label per line), ``top_k``, ``resize``,
+              ``crop``, ``softmax``
+
+Without the file (or without ``task``/``framework``) the kind is inferred
+from the folder's files:
   * ``*.onnx``                                  -> image-classification, onnx
   * ``modules.json`` (sentence-transformers)    -> text-embedding, pytorch
   * config.json ``architectures`` ``*ForCausalLM``             -> causal-lm
@@ -164,9 +173,9 @@ def describe_model(name: str, folder: Path) -> ModelSpec:
             task, framework = _infer_kind(folder)
             task = Task(options.pop("task", task.value))
             framework = Framework(options.pop("framework", framework.value))
-    except ValueError as exc:
+        size = int(options.pop("size_bytes", 0)) or _weights_size(folder)
+    except (TypeError, ValueError) as exc:
         raise ModelLoadError(f"{MODEL_CONFIG_FILE} of {name!r}: {exc}") from None
-    size = int(options.pop("size_bytes", 0)) or _weights_size(folder)
     return ModelSpec(name, task, framework, str(folder), size, options)
 
 

@@ -233,11 +233,14 @@ class ModelWorker:
             return
         if process.is_alive():
             self.memory_bytes()  # records the current children
-        try:
-            with self._send_lock:
+        # A sender stuck on a full pipe (a hung worker) must not block the stop: then it is killed.
+        if self._send_lock.acquire(timeout=1.0):
+            try:
                 wire.send(self._conn, wire.Stop())
-        except (OSError, ValueError, AttributeError):
-            pass
+            except (OSError, ValueError, AttributeError):
+                pass
+            finally:
+                self._send_lock.release()
         process.join(timeout_s)
         if process.is_alive():
             log.warning("worker of %s did not stop in %.0f s; killing it", self.spec.name, timeout_s)

@@ -12,8 +12,20 @@ import time
 from dataclasses import dataclass, field
 
 from llm_byoc.engine.outputs import GenerationResult, TokenEvent
-from llm_byoc.errors import EngineDead, EngineNotReady, InvalidRequest, QueueFull, RequestTimeout
-from llm_byoc.protocol import EngineState, FinishReason, HealthReport, ModelInfo, SamplingParams
+from llm_byoc.errors import (
+    EngineDead,
+    EngineNotReady,
+    InvalidRequest,
+    QueueFull,
+    RequestTimeout,
+)
+from llm_byoc.protocol import (
+    EngineState,
+    FinishReason,
+    HealthReport,
+    ModelInfo,
+    SamplingParams,
+)
 
 BOS, EOS = 1, 2
 
@@ -61,7 +73,7 @@ class FakeEngine:
         info = ModelInfo("fake", "/opt/ml/model/fake-model", 256, 512, [EOS], "cpu", "float32", 8, 0.1)
         return HealthReport(self.state, "fake", info if self.state is EngineState.READY else None)
 
-    def submit(self, prompts, params: SamplingParams, request_id: str | None = None) -> "FakeHandle":
+    def submit(self, prompts, params: SamplingParams, request_id: str | None = None) -> FakeHandle:
         if self.state is EngineState.DEAD:
             raise EngineDead("the model worker died")
         if self.state is EngineState.LOADING:

@@ -7,10 +7,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from api_fakes import FakeEngine  # noqa: E402
-
-from llm_byoc.api.app import create_app  # noqa: E402
-from llm_byoc.config import ServerConfig  # noqa: E402
+from api_fakes import FakeEngine
+from llm_byoc.api.app import create_app
+from llm_byoc.config import ServerConfig
 
 
 @pytest.fixture

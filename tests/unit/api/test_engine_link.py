@@ -6,7 +6,6 @@ import time
 
 import pytest
 from api_fakes import FakeEngine
-
 from llm_byoc.api.app import create_app
 from llm_byoc.api.engine_link import EngineLink
 from llm_byoc.config import ServerConfig

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 from api_fakes import FakeTokenizer
-from sse_client import parse_sse
-
 from llm_byoc.api import openai
 from llm_byoc.errors import InvalidRequest
+from sse_client import parse_sse
 
 
 def invoke(client, body, **kwargs):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from llm_byoc.api.serve import gunicorn_command, main
 from llm_byoc.config import ServerConfig
 

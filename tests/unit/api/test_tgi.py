@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from sse_client import parse_sse
-
 from llm_byoc.api import tgi
 from llm_byoc.errors import InvalidRequest
+from sse_client import parse_sse
 
 
 def invoke(client, body, **kwargs):

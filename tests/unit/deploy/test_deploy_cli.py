@@ -265,3 +265,10 @@ def test_ecr_role_package_against_moto(aws, tmp_path):
 def test_create_needs_a_model(capsys):
     assert run(["create", "--name", "chat", "--image", IMAGE, "--role", ROLE_ARN])[0] == 1
     _one_line_error(capsys, "pass --model-data")
+
+
+def test_add_model_checks_the_name_first(capsys, tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    argv = ["add-model", str(tmp_path), "--model-name", "../escape", "--endpoint", "mme"]
+    assert run(argv)[0] == 1  # no moto: an AWS call would fail the test
+    _one_line_error(capsys, "model name '../escape'")

@@ -136,6 +136,7 @@ def test_dead_worker_fails_alone_and_reloads_on_next_invoke(root):
     invoke(m, "a")
     invoke(m, "b")
     factory.workers["a"].die()
+    assert m.describe("a")["state"] == "crashed"
     assert invoke(m, "b")["model"] == "b"  # unaffected
     assert invoke(m, "a")["model"] == "a"  # reloaded
     assert factory.loads == ["a", "b", "a"]
@@ -147,9 +148,11 @@ def test_failed_load_reports_and_others_keep_serving(root):
     invoke(m, "a")
     with pytest.raises(ModelLoadError, match="corrupt"):
         invoke(m, "c")
+    assert m.describe("c")["state"] == "failed" and "corrupt" in m.describe("c")["error"]
     assert invoke(m, "a")["model"] == "a"
     factory.fail.clear()
     assert invoke(m, "c")["model"] == "c"  # a fixed folder loads on the next try
+    assert m.describe("c")["state"] == "loaded"
 
 
 def test_add_loads_now_and_second_add_is_409(root):

@@ -102,6 +102,7 @@ def test_sagemaker_nested_model_folder(tmp_path):
         ({"llm_byoc_model.json": "{not json"}, "cannot read"),
         ({"llm_byoc_model.json": '{"task": "dance", "framework": "onnx"}'}, "dance"),
         ({"config.json": "[1, 2]"}, "JSON object"),
+        ({"llm_byoc_model.json": '{"task": "causal-lm", "framework": "pytorch", "size_bytes": "big"}'}, "big"),
     ],
 )
 def test_corrupt_folders_are_clear_load_errors(tmp_path, files, message):

@@ -20,7 +20,6 @@ from ..store import ModelSpec
 from .base import json_reply, parse_json_body
 
 LOAD_TIMEOUT_S = 600.0
-REQUEST_TIMEOUT_S = 600.0
 
 
 class CausalLMHandler:
@@ -50,7 +49,7 @@ class CausalLMHandler:
         request_id = uuid.uuid4().hex
         handle = self.engine.submit(request.prompts, request.params, request_id=request_id)
         try:
-            results = handle.result(timeout_s=REQUEST_TIMEOUT_S)
+            results = handle.result(timeout_s=invocation.timeout_s)
         except BaseException:
             handle.abort()
             raise
