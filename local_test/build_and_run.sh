@@ -2,7 +2,7 @@
 # The one command of the README: build the image, put the default model
 # (SmolLM2-135M-Instruct) into ./models, run the container with it mounted at
 # /opt/ml/model, wait for /ping and show a generation (plain and streamed).
-# The container keeps running afterwards: `docker stop llm-byoc-local` stops it.
+# The container keeps running afterwards: `docker stop -t 60 llm-byoc-local` stops it.
 # Environment: IMAGE, PORT, NAME, MODEL_DIR, DOCKER_BUILD_ARGS.
 set -euo pipefail
 HERE=$(dirname "${BASH_SOURCE[0]}")
@@ -27,4 +27,4 @@ echo "== POST /invocations (TGI, streamed)"
 "$HERE/stream.sh" "Once upon a time" tgi
 echo
 echo "The container is still running on $URL: try local_test/predict.sh, local_test/stream.sh;"
-echo "stop it with: docker stop $NAME"
+echo "stop it with: docker stop -t 60 $NAME   (SIGTERM: in-flight requests finish, exit code 0)"

@@ -13,3 +13,12 @@ wait_for_ping() {  # wait_for_ping [seconds]
     sleep 1
   done
 }
+
+json_string() {  # json_string TEXT -> a JSON string literal (no python needed)
+  local s=${1//\\/\\\\}
+  s=${s//\"/\\\"}
+  s=${s//$'\n'/\\n}
+  s=${s//$'\t'/\\t}
+  s=${s//$'\r'/\\r}
+  printf '"%s"' "$s"
+}

@@ -6,7 +6,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 PROMPT=${1:-What is the capital of France?}
 STYLE=${2:-chat}
 N=${MAX_TOKENS:-40}
-PROMPT_JSON=$(printf '%s' "$PROMPT" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')
+PROMPT_JSON=$(json_string "$PROMPT")
 case "$STYLE" in
   tgi) BODY="{\"inputs\": $PROMPT_JSON, \"parameters\": {\"max_new_tokens\": $N}}" ;;
   chat) BODY="{\"messages\": [{\"role\": \"user\", \"content\": $PROMPT_JSON}], \"max_tokens\": $N, \"temperature\": 0}" ;;

@@ -7,7 +7,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 PROMPT=${1:-Write a haiku about the sea.}
 STYLE=${2:-tgi}
 N=${MAX_TOKENS:-40}
-PROMPT_JSON=$(printf '%s' "$PROMPT" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')
+PROMPT_JSON=$(json_string "$PROMPT")
 case "$STYLE" in
   tgi) BODY="{\"inputs\": $PROMPT_JSON, \"parameters\": {\"max_new_tokens\": $N}, \"stream\": true}" ;;
   chat) BODY="{\"messages\": [{\"role\": \"user\", \"content\": $PROMPT_JSON}], \"max_tokens\": $N, \"stream\": true}" ;;

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
@@ -92,7 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     config = EngineConfig(model=model, dtype=args.dtype, device=args.device, max_num_seqs=slots)
     runner = ModelRunner.from_config(config)
     time_decode(runner, min(args.batch), args.context, 3, 0)  # warm-up
-    report = {"model": model, "threads": torch.get_num_threads(), "dtype": runner.info.dtype, "decode": {}, "prefill": {}}
+    report = {
+        "model": model, "threads": torch.get_num_threads(), "dtype": runner.info.dtype,
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""), "decode": {}, "prefill": {},
+    }
     for batch in args.batch:
         times = time_decode(runner, batch, args.context, args.steps, 1000 * batch)
         median = statistics.median(times)

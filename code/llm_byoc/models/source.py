@@ -7,7 +7,6 @@ converting a GGUF file once or fetching a hub snapshot.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,7 +73,9 @@ def materialize(source: ModelSource) -> Path:
 
 
 def _hub_offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE)
 
 
 def _download_snapshot(source: ModelSource) -> Path:

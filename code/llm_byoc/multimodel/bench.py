@@ -1,6 +1,7 @@
 """Multi-model figures: cold start and warm invoke overhead against a raw in-process model.
 
-    python -m llm_byoc.multimodel.bench [--repo DIR] [--runs 3] [--requests 200] [--llm] [--json OUT]
+    python -m llm_byoc.multimodel.bench [--repo DIR] [--runs 3] [--requests 200] [--llm | --only NAME]
+                                        [--skip-warm] [--json OUT]
 
 Cold start: ``POST /models`` + the first invoke, through the Flask routes (a
 fresh worker process each run), against a raw load of the same model with the
@@ -142,8 +143,10 @@ def warm_overhead(client, folder: Path, name: str, requests: int, num_threads: i
 
 
 def cold_start(client, folder: Path, name: str, runs: int, num_threads: int) -> dict:
-    raw = [raw_cold_start(folder, name, num_threads) for _ in range(runs)]
-    mme = [mme_cold_start(client, folder, name) for _ in range(runs)]
+    raw, mme = [], []
+    for _ in range(runs):  # alternating, so that both see the same page cache and load
+        raw.append(raw_cold_start(folder, name, num_threads))
+        mme.append(mme_cold_start(client, folder, name))
     raw_total = statistics.median(r[0] for r in raw)
     mme_total = statistics.median(mme)
     return {
@@ -163,18 +166,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=200, help="warm requests per side")
     parser.add_argument("--threads", type=int, default=1, help="torch / ONNX Runtime threads on both sides")
     parser.add_argument("--llm", action="store_true", help="include SmolLM2 (cold start only; slow)")
+    parser.add_argument("--skip-warm", action="store_true", help="cold starts only")
+    parser.add_argument("--only", choices=[EMBEDDING_NAME, IMAGE_NAME, LLM_NAME], help="one model only")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="mme-bench-") as tmp:
-        repo = build_demo_repository(args.repo or Path(tmp), include_llm=args.llm)
+        repo = build_demo_repository(args.repo or Path(tmp), include_llm=args.llm or args.only == LLM_NAME)
         app, client = make_client(next(iter(repo.values())).parent, args.threads)
         try:
             figures = {"cold_start": {}, "warm": {}}
-            for name in [EMBEDDING_NAME, IMAGE_NAME] + ([LLM_NAME] if args.llm else []):
+            names = [EMBEDDING_NAME, IMAGE_NAME] + ([LLM_NAME] if args.llm else [])
+            names = [args.only] if args.only else names
+            for name in names:
                 figures["cold_start"][name] = cold_start(client, repo[name], name, args.runs, args.threads)
                 print(name, "cold start", figures["cold_start"][name], flush=True)
-            for name in (EMBEDDING_NAME, IMAGE_NAME):
+            for name in [] if args.skip_warm else [n for n in names if n != LLM_NAME]:
                 figures["warm"][name] = warm_overhead(client, repo[name], name, args.requests, args.threads)
                 print(name, "warm", figures["warm"][name], flush=True)
         finally:

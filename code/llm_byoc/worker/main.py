@@ -14,20 +14,40 @@ from __future__ import annotations
 
 import logging
 import os
-
-import torch
+import sys
+from typing import TYPE_CHECKING
 
 from .. import protocol
 from ..config import EngineConfig
 from ..errors import InsufficientMemory, ServingError
 from ..protocol import Shutdown, StepBatch, WorkerFailure, WorkerReady
-from .runner import ModelRunner
+
+if TYPE_CHECKING:
+    from .runner import ModelRunner
 
 log = logging.getLogger(__name__)
+
+# OpenMP worker threads that sleep between parallel regions instead of spinning.
+# The worker shares the CPU with the HTTP front end and the engine core; spinning
+# threads that lose their core slow a step 2-10x. libgomp reads this once, when
+# torch loads, so torch is imported only after it is set. An operator's own
+# OMP_WAIT_POLICY wins.
+OPENMP_DEFAULTS = {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def prepare_threads() -> None:
+    """Apply OPENMP_DEFAULTS if torch is not loaded yet in this process."""
+    if "torch" in sys.modules:
+        log.debug("torch already loaded: OpenMP settings left as they are")
+        return
+    for name, value in OPENMP_DEFAULTS.items():
+        os.environ.setdefault(name, value)
 
 
 def _failure(exc: BaseException, fatal: bool) -> WorkerFailure:
     """An exception as plain data: ServingErrors keep their type, others are internal."""
+    import torch
+
     if isinstance(exc, ServingError):
         return WorkerFailure(exc.error_type, exc.message, fatal)
     out_of_memory = isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc)
@@ -44,6 +64,11 @@ def run_worker(conn, config: EngineConfig) -> None:
     """Serve ``config``'s model over ``conn`` until Shutdown or the connection closes."""
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format=f"%(asctime)s worker[{os.getpid()}] %(levelname)s %(message)s")
+    prepare_threads()
+    import torch
+
+    from .runner import ModelRunner
+
     if config.num_threads:
         torch.set_num_threads(config.num_threads)
     try:
@@ -56,7 +81,7 @@ def run_worker(conn, config: EngineConfig) -> None:
     serve(conn, runner)
 
 
-def serve(conn, runner: ModelRunner) -> None:
+def serve(conn, runner: "ModelRunner") -> None:
     """The message loop; returns on Shutdown or when the parent goes away."""
     while True:
         try:

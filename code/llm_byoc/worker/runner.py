@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from ..config import EngineConfig
-from ..protocol import ModelInfo, ScheduledChunk, StepBatch, StepOutput
+from ..protocol import ScheduledChunk, StepBatch, StepOutput
 from .batch import build_step_inputs, order_chunks
 from .kv_cache import KVCache
 from .loading import LoadedModel, load_model

@@ -64,3 +64,11 @@ def test_errors_before_the_stream_starts_keep_their_status(client, engine):
     response = client.post("/invocations", json={"inputs": "abc", "stream": True})
     assert response.status_code == 429
     assert response.mimetype == "application/json"
+
+
+def test_stream_responses_carry_the_request_headers(client):
+    headers = {"X-Amzn-SageMaker-Custom-Attributes": "a=b", "X-Request-Id": "s-1"}
+    response = client.post("/invocations", json={"prompt": "ab", "stream": True}, headers=headers)
+    assert response.headers["X-Amzn-SageMaker-Custom-Attributes"] == "a=b"
+    assert response.headers["X-Request-Id"] == "s-1"
+    assert parse_sse(response.get_data())[-1] == "[DONE]"

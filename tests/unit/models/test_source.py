@@ -46,8 +46,18 @@ def test_hub_ids():
     assert resolve_model_source("org/name@v1.0") == ModelSource("hub", "org/name", "v1.0")
 
 
-def test_unreachable_hub_fails_fast_with_a_clear_error(monkeypatch, tmp_path):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path))
+def test_offline_hub_fails_fast_with_a_clear_error(monkeypatch, tmp_path):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
     with pytest.raises(ModelLoadError, match="cannot fetch hub model 'facebook/opt-125m'.*HF_HUB_OFFLINE"):
         materialize(resolve_model_source("facebook/opt-125m"))
+
+
+def test_unknown_or_unreachable_hub_model_is_a_load_error(monkeypatch, tmp_path):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(ModelLoadError, match="cannot fetch hub model 'llm-byoc-tests/no-such-model'"):
+        materialize(resolve_model_source("llm-byoc-tests/no-such-model"))

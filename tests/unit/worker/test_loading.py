@@ -6,7 +6,14 @@ import shutil
 
 import pytest
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, MistralConfig, OPTConfig, Qwen2Config
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    MistralConfig,
+    OPTConfig,
+    Qwen2Config,
+)
 
 from fixtures.step_driver import Request, drive
 from llm_byoc.config import EngineConfig
