@@ -17,20 +17,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for_ping(url: str, timeout_s: float, proc=None) -> None:
+def wait_for_ping(url: str, timeout_s: float, proc=None, consecutive: int = 10) -> None:
+    """Wait for ``consecutive`` 200s in a row: each HTTP worker connects to the
+    engine on its own, so with several workers one may be ready before another."""
     deadline = time.monotonic() + timeout_s
-    last = None
+    last, streak = None, 0
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise AssertionError(f"the server exited with {proc.returncode} before /ping said 200")
         try:
-            last = requests.get(f"{url}/ping", timeout=2)
-            if last.status_code == 200:
+            # a new connection each time, so gunicorn may hand it to any worker
+            last = requests.get(f"{url}/ping", timeout=2, headers={"Connection": "close"})
+            streak = streak + 1 if last.status_code == 200 else 0
+            if streak >= consecutive:
                 return
         except requests.RequestException as exc:
-            last = exc
-        time.sleep(0.5)
-    raise AssertionError(f"/ping never said 200: {last}")
+            last, streak = exc, 0
+        time.sleep(0.5 if streak == 0 else 0.05)
+    raise AssertionError(f"/ping never said 200 {consecutive} times in a row: {last}")
 
 
 def sse_payloads(response: requests.Response) -> list:
