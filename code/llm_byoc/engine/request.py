@@ -133,7 +133,12 @@ class RequestHandle:
         self._queue.put(_ABORTED)
 
     def events(self, timeout_s: float | None = None) -> Iterator[TokenEvent]:
-        """Tokens of all prompts as they are made; raises ServingError on failure."""
+        """Tokens of all prompts as they are made; raises ServingError on failure.
+
+        ``timeout_s`` bounds the whole rest of the request from this call: when
+        it passes, the request is aborted and RequestTimeout raised. Closing
+        the iterator early (a client that went away) aborts the request.
+        """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         by_seq = {s.seq_id: s for s in self._streams}
         try:

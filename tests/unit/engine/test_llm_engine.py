@@ -68,7 +68,6 @@ def test_events_of_several_prompts_interleave(engine):
 
 
 def test_many_threads_submit_and_stream_at_once(engine):
-    tok = engine.tokenizer
     errors, results = [], {}
 
     def client(i: int):
@@ -86,7 +85,13 @@ def test_many_threads_submit_and_stream_at_once(engine):
         t.join(30)
     assert errors == [] and len(results) == 24
     assert all(got == want for got, want in results.values())
-    assert tok is engine.tokenizer
+
+
+def test_logprobs_only_when_asked(engine):
+    with_lp = engine.generate([[5, 6], [7]], SamplingParams(max_new_tokens=3, logprobs=True))
+    without = engine.generate([[5, 6]], SamplingParams(max_new_tokens=3))
+    assert [r.logprobs for r in with_lp] == [[-0.5] * 3, [-0.5] * 3]  # the fake's logprob
+    assert without[0].logprobs is None
 
 
 def test_abort_ends_the_stream_and_frees_the_sequence():
