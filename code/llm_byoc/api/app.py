@@ -21,10 +21,12 @@ from werkzeug.exceptions import RequestEntityTooLarge
 
 from ..config import MultiModelConfig, ServerConfig
 from ..errors import EngineDead, EngineNotReady, PayloadTooLarge
+from ..logging_setup import context_from_headers, reset_request_context, set_request_context
+from ..metrics import engine_refresher, register_metrics_route
 from ..protocol import EngineState, ModelInfo
 from .body import read_json
 from .errors import error_response, register_error_handlers
-from .request_log import RequestLog, pick_request_id
+from .request_log import RequestLog
 from .schemas import ResponseContext, parse_invocation
 from .sse import SSE_MIMETYPE, sse_headers
 from .streaming import stream_frames
@@ -35,6 +37,7 @@ MIB = 1024 * 1024
 
 def create_app(engine: Any, config: ServerConfig) -> Flask:
     app = _base_app(config)
+    register_metrics_route(app, refresh=engine_refresher(engine))
     model = _ModelFacts(engine)
 
     @app.get("/ping")
@@ -93,7 +96,8 @@ def create_multi_model_app(config: ServerConfig, multi_model: MultiModelConfig) 
     from ..multimodel import register_multi_model_routes  # imported only in this mode
 
     app = _base_app(config)
-    register_multi_model_routes(app, multi_model)
+    register_metrics_route(app)
+    register_multi_model_routes(app, multi_model, invoke_timeout_s=float(config.timeout_s))
     return app
 
 
@@ -109,7 +113,9 @@ def _base_app(config: ServerConfig) -> Flask:
 
     @app.before_request
     def _start_log():
-        g.request_log = RequestLog(pick_request_id(request.headers), request.method, request.path)
+        context = context_from_headers(request.headers)  # every log line of the request carries its id
+        g.log_context_token = set_request_context(context)
+        g.request_log = RequestLog(context.request_id, request.method, request.path)
 
     @app.after_request
     def _finish_log(response: Response):
@@ -121,6 +127,12 @@ def _base_app(config: ServerConfig) -> Flask:
         if CUSTOM_ATTRIBUTES in request.headers:  # passed through unchanged, as SageMaker expects
             response.headers[CUSTOM_ATTRIBUTES] = request.headers[CUSTOM_ATTRIBUTES]
         return response
+
+    @app.teardown_request
+    def _leave_log_context(_exc):  # after the last chunk of a stream (stream_with_context)
+        token = g.pop("log_context_token", None)
+        if token is not None:
+            reset_request_context(token)
 
     return app
 

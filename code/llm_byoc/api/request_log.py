@@ -1,7 +1,8 @@
 """One log line per request: id, route, status, timings and token counts.
 
-The id is the caller's ``X-Amzn-SageMaker-Inference-Id`` or ``X-Request-Id``
-when it is a sane token, else a fresh one; it is echoed as ``X-Request-Id``.
+The id comes from ``logging_setup.context_from_headers`` (the caller's
+SageMaker inference id or ``X-Request-Id``, else a fresh one) and is echoed as
+``X-Request-Id``. The same object feeds the latency metrics.
 Streaming requests are logged when their stream ends, with the time to the
 first token.
 """
@@ -9,23 +10,12 @@ first token.
 from __future__ import annotations
 
 import logging
-import re
 import time
-import uuid
 from dataclasses import dataclass, field
 
+from ..metrics import RequestTimer
+
 log = logging.getLogger("llm_byoc.access")
-
-REQUEST_ID_HEADERS = ("X-Amzn-SageMaker-Inference-Id", "X-Request-Id")
-_SANE_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
-
-
-def pick_request_id(headers) -> str:
-    for name in REQUEST_ID_HEADERS:
-        value = headers.get(name)
-        if value and _SANE_ID.match(value):
-            return value
-    return uuid.uuid4().hex
 
 
 @dataclass
@@ -38,8 +28,11 @@ class RequestLog:
     prompt_tokens: dict[int, int] = field(default_factory=dict)
     completion_tokens: dict[int, int] = field(default_factory=dict)
     done: bool = False
+    timer: RequestTimer = field(default_factory=RequestTimer)  # TTFT / ITL / E2E metrics
 
     def on_token(self, event) -> None:
+        if event.token_id is not None:
+            self.timer.on_token(event.index)
         if self.first_token_at is None:
             self.first_token_at = time.monotonic()
         self.prompt_tokens[event.index] = event.prompt_tokens
@@ -49,11 +42,13 @@ class RequestLog:
         for r in results:
             self.prompt_tokens[r.index] = r.prompt_tokens
             self.completion_tokens[r.index] = r.completion_tokens
+        self.timer.on_tokens(sum(r.completion_tokens for r in results))
 
     def finish(self, status: int, stream_status: str | None = None) -> None:
         if self.done:
             return
         self.done = True
+        self.timer.finish()
         elapsed_ms = (time.monotonic() - self.started) * 1000
         parts = [
             f"request_id={self.request_id}",

@@ -24,10 +24,12 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 from ..config import ServerConfig
-from .wsgi import LOG_FORMAT
+from ..logging_setup import configure_logging
+from ..metrics import ENV_PROMETHEUS_MULTIPROC_DIR
 
 log = logging.getLogger("llm_byoc.serve")
 
@@ -50,6 +52,7 @@ def gunicorn_command(config: ServerConfig) -> list[str]:
         "--keep-alive", "5",
         "--log-level", config.log_level,
         "--error-logfile", "-",
+        "--config", "python:llm_byoc.api.gunicorn_hooks",
         *_optional_flags(),
         "llm_byoc.api.wsgi:create_wsgi_app()",
     ]
@@ -75,9 +78,17 @@ def _die_with_parent() -> None:
         pass  # not Linux: children then outlive a killed serve
 
 
-def _spawn(name: str, command: list[str]) -> subprocess.Popen:
+def _spawn(name: str, command: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
     log.info("starting %s: %s", name, " ".join(command))
-    return subprocess.Popen(command, process_group=0, preexec_fn=_die_with_parent)
+    return subprocess.Popen(command, process_group=0, preexec_fn=_die_with_parent, env=env)
+
+
+def gunicorn_env(config: ServerConfig) -> dict[str, str]:
+    """Several HTTP workers share their Prometheus metrics through a folder."""
+    env = dict(os.environ)
+    if config.workers > 1 and not config.multi_model and not env.get(ENV_PROMETHEUS_MULTIPROC_DIR):
+        env[ENV_PROMETHEUS_MULTIPROC_DIR] = tempfile.mkdtemp(prefix="llm_byoc_metrics_")
+    return env
 
 
 class Supervisor:
@@ -90,7 +101,7 @@ class Supervisor:
     def start(self) -> None:
         if not self.config.multi_model:
             self._add("engine", _spawn("engine", engine_command()))
-        self._add("gunicorn", _spawn("gunicorn", gunicorn_command(self.config)))
+        self._add("gunicorn", _spawn("gunicorn", gunicorn_command(self.config), gunicorn_env(self.config)))
 
     def _add(self, name: str, proc: subprocess.Popen) -> None:
         self.children[proc.pid] = (name, proc)
@@ -163,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", nargs="?", choices=["serve"], help="optional, ignored")
     parser.parse_args(argv)
     config = ServerConfig.from_env()
-    logging.basicConfig(level=config.log_level.upper(), format=LOG_FORMAT)
+    configure_logging(config.log_level)
     supervisor = Supervisor(config)
     signal.signal(signal.SIGTERM, supervisor.request_stop)
     signal.signal(signal.SIGINT, supervisor.request_stop)

@@ -7,20 +7,12 @@ read from the environment here, once, at worker start.
 
 from __future__ import annotations
 
-import logging
-
 from flask import Flask
 
 from ..config import MultiModelConfig, ServerConfig
+from ..logging_setup import configure_logging
 from .app import create_app, create_multi_model_app
 from .engine_link import EngineLink
-
-LOG_FORMAT = "%(asctime)s %(levelname)s [pid %(process)d] %(name)s: %(message)s"
-
-
-def configure_logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
-
 
 def create_wsgi_app() -> Flask:
     config = ServerConfig.from_env()

@@ -43,7 +43,6 @@ class EngineCore:
         self._cond = threading.Condition()
         self._scheduler: Scheduler | None = None  # created once the model is loaded
         self._dead_detail: str | None = None
-        self._stopping = False
         self._thread = threading.Thread(target=self._run, name="engine-step-loop", daemon=True)
 
     def start(self) -> None:
@@ -128,10 +127,8 @@ class EngineCore:
 
     def _wait_for_work(self) -> bool:
         with self._cond:
-            self._cond.wait_for(
-                lambda: self._stopping or self._dead_detail is not None or self._scheduler.has_work()
-            )
-            return not self._stopping and self._dead_detail is None
+            self._cond.wait_for(lambda: self._dead_detail is not None or self._scheduler.has_work())
+            return self._dead_detail is None
 
     def step(self) -> None:
         """One batched step: schedule -> execute -> postprocess."""
@@ -159,8 +156,8 @@ class EngineCore:
 
     def _on_worker_dead(self, detail: str) -> None:
         with self._cond:
-            if self._dead_detail is not None or self._stopping:
-                return
+            if self._dead_detail is not None:
+                return  # already dead, or shutting down
             self._dead_detail = detail
             ids = self._scheduler.finish_all() if self._scheduler else []
             if ids:
@@ -170,9 +167,10 @@ class EngineCore:
             self._cond.notify_all()
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
-        """Stop the loop, abort what is left, and stop the worker."""
+        """Refuse new work, fail what is left, stop the worker and the loop."""
         with self._cond:
-            self._stopping = True
+            if self._dead_detail is None:
+                self._dead_detail = "the engine is shut down"
             ids = self._scheduler.finish_all() if self._scheduler else []
             if ids:
                 rejected = [SequenceRejected(s, EngineDead.error_type, "the engine is shutting down") for s in ids]
@@ -181,7 +179,3 @@ class EngineCore:
         self._worker.shutdown(timeout_s)
         if self._thread.is_alive():
             self._thread.join(timeout_s)
-        with self._cond:
-            self._dead_detail = self._dead_detail or "the engine is shut down"
-            self._cond.notify_all()
-

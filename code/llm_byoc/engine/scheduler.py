@@ -162,7 +162,7 @@ class Scheduler:
         return StepBatch(step_id=self._step_id, new=new, chunks=chunks, freed=freed)
 
     def _schedule_chunk(self, seq: Sequence, budget: int, chunks: list[ScheduledChunk]) -> int:
-        n = seq.num_uncomputed
+        n = min(seq.num_uncomputed, budget)
         start = seq.num_computed
         seq.num_computed += n
         chunks.append(

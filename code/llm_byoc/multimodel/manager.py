@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from .. import metrics
 from ..errors import InsufficientMemory, ModelAlreadyLoaded, ModelNotFound
 from .messages import Invocation, Reply
 from .store import ModelSpec, ModelStore, validate_name
@@ -167,6 +168,7 @@ class ModelManager:
                 if entry is not None and entry.worker.alive:
                     entry.in_flight += 1
                     self._loaded.move_to_end(name)
+                    metrics.mme_cache_event("hit")
                     return entry
                 if entry is not None:  # its worker died; requests still on it fail on their own
                     dead = self._loaded.pop(name)
@@ -179,6 +181,7 @@ class ModelManager:
                 log.warning("worker of model %s died; reloading it", name)
                 self._stop(dead, "dead")
             if owner:
+                metrics.mme_cache_event("miss")
                 self._load(name, future)
             future.result()  # the load's error, for every waiter
 
@@ -203,6 +206,8 @@ class ModelManager:
                 "loaded model=%s task=%s in %.2f s (estimate %d MiB, measured %d MiB)",
                 name, spec.task.value, time.monotonic() - started, estimate // MiB, measured // MiB,
             )
+            metrics.observe_model_load(name, time.monotonic() - started)
+            metrics.set_models_loaded(len(self._loaded))
             self._failures.pop(name, None)
             future.set_result(entry)
         except BaseException as exc:
@@ -283,6 +288,9 @@ class ModelManager:
         if account:
             with self._lock:
                 self._releasing -= entry.accounted_bytes
+        if why == "evicted":
+            metrics.mme_cache_event("eviction")
+        metrics.set_models_loaded(len(self._loaded))
         log.info(
             "%s model=%s (%d MiB) in %.2f s", why, entry.spec.name, entry.accounted_bytes // MiB,
             time.monotonic() - started,

@@ -1,0 +1,10 @@
+"""gunicorn server hooks (loaded with ``--config python:llm_byoc.api.gunicorn_hooks``)."""
+
+from __future__ import annotations
+
+
+def child_exit(server, worker) -> None:
+    """A dead worker's Prometheus files stop counting toward live gauges."""
+    from ..metrics import mark_process_dead
+
+    mark_process_dead(worker.pid)

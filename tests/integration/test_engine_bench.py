@@ -1,0 +1,46 @@
+"""The engine benchmark's pieces: baselines on a tiny model, the closed loop on the fake."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fakes.fake_worker import FakeModel, fake_target
+from fakes.tokenizers import byte_level_bpe
+from llm_byoc.bench.baselines import load_hf_model, sequential_generate, static_batching
+from llm_byoc.bench.engine_bench import bench_prompts, run_engine
+from llm_byoc.config import EngineConfig
+from llm_byoc.engine.llm_engine import LLMEngine
+
+
+def test_bench_prompts_are_distinct_and_stable():
+    prompts = bench_prompts(32)
+    assert len(set(prompts)) == 32 and prompts == bench_prompts(32)
+
+
+@pytest.mark.parametrize("run", [sequential_generate, static_batching])
+def test_baselines_make_exactly_max_new_tokens_per_request(tiny_opt_dir, run):
+    torch.set_num_threads(1)
+    model, tokenizer = load_hf_model(str(tiny_opt_dir))
+    prompts = bench_prompts(6)
+    kwargs = {"batch_size": 4} if run is static_batching else {}
+    result = run(model, tokenizer, prompts, 5, concurrency=4, **kwargs)
+    assert result.output_tokens == 6 * 5
+    assert len(result.ttft_s) == len(result.e2e_s) == 6
+    assert all(0 < t <= e for t, e in zip(result.ttft_s, result.e2e_s))
+    assert result.tokens_per_s == pytest.approx(result.output_tokens / result.elapsed_s)
+
+
+def test_closed_loop_on_the_fake_engine():
+    engine = LLMEngine.start(
+        EngineConfig(model="/fake-model", max_num_seqs=4),
+        worker_target=fake_target(FakeModel(vocab_size=300)),
+        tokenizer=byte_level_bpe(),
+    )
+    try:
+        engine.wait_ready(timeout_s=20)
+        run = run_engine(engine, [[5, 6, 7]] * 10, max_new_tokens=8, concurrency=4)
+    finally:
+        engine.shutdown()
+    assert run.errors == [] and run.output_tokens == 80
+    assert len(run.ttft_s) == 10 and len(run.itl_s) == 10 * 7
