@@ -9,9 +9,10 @@ from __future__ import annotations
 import argparse
 import logging
 
-from fakes.fake_worker import FakeModel, fake_target
 from llm_byoc.config import EngineConfig
 from llm_byoc.engine.server import serve
+
+from fakes.fake_worker import FakeModel, fake_target
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,9 +9,16 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import (
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    trainers,
+)
 
 CORPUS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -28,7 +35,7 @@ def _wrap(tok: Tokenizer):
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
 
 
-@lru_cache(maxsize=None)
+@cache
 def byte_level_bpe():
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -43,7 +50,7 @@ def byte_level_bpe():
     return _wrap(tok)
 
 
-@lru_cache(maxsize=None)
+@cache
 def sentencepiece_like():
     def build(bpe: models.BPE) -> Tokenizer:
         tok = Tokenizer(bpe)

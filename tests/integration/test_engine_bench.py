@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from fakes.fake_worker import FakeModel, fake_target
 from fakes.tokenizers import byte_level_bpe
 from llm_byoc.bench.baselines import load_hf_model, sequential_generate, static_batching

@@ -16,7 +16,6 @@ import time
 
 import pytest
 import torch
-
 from llm_byoc.config import EngineConfig
 from llm_byoc.engine.llm_engine import LLMEngine
 from llm_byoc.protocol import EngineState, FinishReason, SamplingParams
@@ -48,8 +47,8 @@ def reference(model_dir, prompts: list[str], max_new_tokens: list[int]) -> list[
 
 
 def start(model_dir, **overrides) -> LLMEngine:
-    config = dict(model=str(model_dir), dtype="float32", device="cpu", max_num_seqs=4,
-                  max_batched_tokens=16, num_threads=1)
+    config = {"model": str(model_dir), "dtype": "float32", "device": "cpu", "max_num_seqs": 4,
+              "max_batched_tokens": 16, "num_threads": 1}
     config.update(overrides)
     engine = LLMEngine.start(EngineConfig(**config))
     engine.wait_ready(timeout_s=120)

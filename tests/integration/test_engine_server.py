@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from fakes.fake_worker import FakeModel, expected_tokens, fake_target
 from fakes.tokenizers import byte_level_bpe
 from llm_byoc.config import EngineConfig

@@ -14,6 +14,7 @@ Prints throughput and TTFT / inter-token / end-to-end latency percentiles.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import threading
 import time
@@ -83,7 +84,7 @@ def run_engine(engine, prompts: list[str], max_new_tokens: int, concurrency: int
                 if arrivals:
                     run.ttft_s.append(arrivals[0] - sent)
                     run.e2e_s.append(arrivals[-1] - sent)
-                    run.itl_s.extend(b - a for a, b in zip(arrivals, arrivals[1:]))
+                    run.itl_s.extend(b - a for a, b in itertools.pairwise(arrivals))
 
     threads = [threading.Thread(target=client) for _ in range(concurrency)]
     start = time.perf_counter()

@@ -12,8 +12,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from multiprocessing.connection import Client
-from typing import Callable
 
 from ..errors import EngineDead, EngineNotReady, ServingError
 from ..protocol import (

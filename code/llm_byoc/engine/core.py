@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from ..config import EngineConfig
 from ..errors import EngineDead, EngineNotReady, ServingError

@@ -8,7 +8,8 @@ request is refused, none of them stays queued and the error is raised.
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from ..config import EngineConfig
 from ..protocol import AddSequence, EngineOutputs, HealthReport

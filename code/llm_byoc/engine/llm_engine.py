@@ -46,7 +46,7 @@ class LLMEngine:
         self._core: CoreClient = make_core(self._route)
 
     @classmethod
-    def start(cls, config: EngineConfig, worker_target=None, tokenizer: Any = None) -> "LLMEngine":
+    def start(cls, config: EngineConfig, worker_target=None, tokenizer: Any = None) -> LLMEngine:
         """An in-process engine core; returns at once while the model loads."""
         engine = cls(lambda on_outputs: InProcessCore(config, on_outputs, worker_target),
                      tokenizer, config.trust_remote_code)
@@ -55,7 +55,7 @@ class LLMEngine:
 
     @classmethod
     def connect(cls, socket_path: str, timeout_s: float = 30.0, tokenizer: Any = None,
-                trust_remote_code: bool = False) -> "LLMEngine":
+                trust_remote_code: bool = False) -> LLMEngine:
         """The front end of an engine server; waits up to ``timeout_s`` for its socket."""
         from .client import SocketCoreClient
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from ..errors import RequestTimeout, ServingError
 from ..protocol import FinishReason, SamplingParams, SequenceRejected, SequenceUpdate
@@ -176,8 +177,7 @@ class RequestHandle:
             self._error = ServingError(f"the engine failed sequence {stream.seq_id}")
             self.abort()
             raise self._error
-        for event in stream.on_update(update):
-            yield event
+        yield from stream.on_update(update)
         if stream.finish_reason is FinishReason.STOP and update.finish_reason is None:
             self._release([stream.seq_id])  # a stop string: the core must stop it too
 

@@ -57,7 +57,7 @@ class SchedulerLimits:
     eos_token_ids: frozenset[int]
 
     @classmethod
-    def from_config(cls, config: EngineConfig, info: ModelInfo) -> "SchedulerLimits":
+    def from_config(cls, config: EngineConfig, info: ModelInfo) -> SchedulerLimits:
         """Engine settings, narrowed by what the loaded model and its KV cache allow."""
         max_model_len = info.max_model_len
         if config.max_model_len is not None:

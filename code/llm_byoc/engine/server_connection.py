@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import ServingError
 from ..protocol import (
@@ -37,8 +38,8 @@ class FrontConnection:
         self,
         conn: Any,
         core: EngineCore,
-        own: Callable[[str, "FrontConnection"], bool],
-        disown: Callable[[str, "FrontConnection"], bool],
+        own: Callable[[str, FrontConnection], bool],
+        disown: Callable[[str, FrontConnection], bool],
     ):
         self._conn = conn
         self._core = core

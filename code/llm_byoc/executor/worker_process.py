@@ -15,8 +15,8 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import threading
+from collections.abc import Callable
 from multiprocessing.connection import wait
-from typing import Callable
 
 from .. import protocol
 from ..config import EngineConfig

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from fakes.tokenizers import byte_level_bpe, sentencepiece_like
 from llm_byoc.engine.detokenizer import IncrementalDetokenizer, StopStringMatcher
 

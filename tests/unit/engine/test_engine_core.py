@@ -11,9 +11,9 @@ from llm_byoc.engine.core import EngineCore
 from llm_byoc.protocol import AddSequence, EngineState, FinishReason, SamplingParams
 
 
-def start_core(model: FakeModel = FakeModel(), **config):
+def start_core(model: FakeModel | None = None, **config):
     outputs: queue.Queue = queue.Queue()
-    core = EngineCore(EngineConfig(model="/fake-model", **config), outputs.put, fake_target(model))
+    core = EngineCore(EngineConfig(model="/fake-model", **config), outputs.put, fake_target(model or FakeModel()))
     core.start()
     return core, outputs
 

@@ -6,12 +6,17 @@ import threading
 import time
 
 import pytest
-
 from fakes.fake_worker import FakeModel, expected_tokens, fake_target
 from fakes.tokenizers import byte_level_bpe
 from llm_byoc.config import EngineConfig
 from llm_byoc.engine.llm_engine import LLMEngine
-from llm_byoc.errors import EngineDead, EngineNotReady, InvalidRequest, QueueFull, RequestTimeout
+from llm_byoc.errors import (
+    EngineDead,
+    EngineNotReady,
+    InvalidRequest,
+    QueueFull,
+    RequestTimeout,
+)
 from llm_byoc.protocol import EngineState, FinishReason, SamplingParams
 
 VOCAB = 300  # the byte-level test tokenizer's size

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from llm_byoc.engine.scheduler import Scheduler, SchedulerLimits
 from llm_byoc.errors import InvalidRequest, QueueFull
 from llm_byoc.protocol import (
@@ -96,11 +95,11 @@ def test_chunked_prefill_respects_budget_and_decodes_first():
     # "a" decodes first (1), "b" gets the rest of the budget, "c" must wait (no budget left)
     assert chunk_sizes(batch) == {"a": 1, "b": 15}
     assert [n.seq_id for n in batch.new] == ["b"]
-    assert not [c for c in batch.chunks if c.seq_id == "b"][0].sample
+    assert not next(c for c in batch.chunks if c.seq_id == "b").sample
     assert [u.seq_id for u in updates] == ["a"]  # no token for a partial prefill
     batch, _ = run_step(s)
     assert chunk_sizes(batch) == {"a": 1, "b": 15}
-    b_chunk = [c for c in batch.chunks if c.seq_id == "b"][0]
+    b_chunk = next(c for c in batch.chunks if c.seq_id == "b")
     assert b_chunk.start_pos == 15
     batch, updates = run_step(s)
     # b needs 10 more: done (sample), c admitted with the remaining 16 - 1 - 10 = 5 tokens

@@ -8,18 +8,23 @@ import threading
 import time
 
 import pytest
-
 from fakes.fake_worker import FakeModel, fake_target, next_token
 from llm_byoc.config import EngineConfig
 from llm_byoc.errors import EngineDead
 from llm_byoc.executor import StepFailed, WorkerProcess
-from llm_byoc.protocol import EngineState, NewSequence, SamplingParams, ScheduledChunk, StepBatch
+from llm_byoc.protocol import (
+    EngineState,
+    NewSequence,
+    SamplingParams,
+    ScheduledChunk,
+    StepBatch,
+)
 
 CONFIG = EngineConfig(model="/fake-model")
 
 
-def start(model: FakeModel = FakeModel(), on_dead=None) -> WorkerProcess:
-    worker = WorkerProcess(CONFIG, fake_target(model), on_dead=on_dead)
+def start(model: FakeModel | None = None, on_dead=None) -> WorkerProcess:
+    worker = WorkerProcess(CONFIG, fake_target(model or FakeModel()), on_dead=on_dead)
     worker.start()
     return worker
 

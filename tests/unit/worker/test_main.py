@@ -92,3 +92,20 @@ def test_run_worker_sends_ready_first(tiny_opt_dir):
     assert isinstance(ready, WorkerReady)
     assert ready.info.model_type == "opt" and ready.info.num_slots == 3
     assert ready.info.model_path == str(tiny_opt_dir) and ready.info.eos_token_ids == [2]
+
+
+def test_prepare_threads_respects_a_loaded_torch_and_the_operator(monkeypatch):
+    from llm_byoc.worker import main
+
+    for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):  # saved now, restored after the test
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    main.prepare_threads()  # torch is loaded in this test process: too late to matter
+    assert "OMP_WAIT_POLICY" not in main.os.environ
+    monkeypatch.delitem(main.sys.modules, "torch")
+    monkeypatch.setenv("GOMP_SPINCOUNT", "1000")
+    main.prepare_threads()
+    assert "OMP_WAIT_POLICY" not in main.os.environ
+    monkeypatch.delenv("GOMP_SPINCOUNT")
+    main.prepare_threads()
+    assert main.os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
