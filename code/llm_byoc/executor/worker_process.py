@@ -106,6 +106,9 @@ class WorkerProcess:
         self._process.join(timeout=1)
         self._mark_dead(f"the model worker exited (exit code {self._process.exitcode})")
 
+    def _has_exited(self, timeout_s: float) -> bool:
+        return bool(wait([self._process.sentinel], timeout_s))
+
     def _set_state(self, state: EngineState, detail: str, info: ModelInfo | None = None) -> None:
         with self._state_changed:
             self.state, self.detail = state, detail
@@ -121,7 +124,7 @@ class WorkerProcess:
                 detail = "the engine is shut down"
             self.state, self.detail = EngineState.DEAD, detail
             self._state_changed.notify_all()
-        if self._process is not None and self._process.is_alive():
+        if self._process is not None and not self._has_exited(0):
             self._process.kill()  # a worker that failed must not linger
         if not self._closing:
             log.error("%s", detail)
@@ -165,11 +168,16 @@ class WorkerProcess:
         raise EngineDead(self.detail)
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
-        """Ask the worker to exit; kill it if it does not within ``timeout_s``."""
+        """Ask the worker to exit; kill it if it does not within ``timeout_s``.
+
+        Only the watch thread reaps the process (two threads calling ``join``
+        race on ``waitpid`` and one then sees a dead process as alive), so
+        here we wait on its sentinel, which is ready once the process is gone.
+        """
         self._closing = True
         if self._process is None:
             return
-        if self._process.is_alive():
+        if not self._has_exited(0):
             acquired = self._lock.acquire(timeout=timeout_s)
             try:
                 self._conn.send_bytes(protocol.encode(Shutdown()))
@@ -178,10 +186,9 @@ class WorkerProcess:
             finally:
                 if acquired:
                     self._lock.release()
-            self._process.join(timeout_s)
-        if self._process.is_alive():
-            log.warning("the model worker did not exit in %.0f s; killing it", timeout_s)
-            self._process.kill()
-            self._process.join(5)
+            if not self._has_exited(timeout_s):
+                log.warning("the model worker did not exit in %.0f s; killing it", timeout_s)
+                self._process.kill()
+                self._has_exited(5)
         self._mark_dead("the engine is shut down")
         self._conn.close()
