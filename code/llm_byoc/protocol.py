@@ -13,14 +13,13 @@ that only new token ids travel, keyed by sequence id.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import InvalidRequest
+from .wire import MessageCodec
 
 
 class FinishReason(str, enum.Enum):
@@ -231,9 +230,13 @@ class HealthReport:
 
 # --- codec ----------------------------------------------------------------------
 
-_MESSAGES: dict[str, type] = {
-    cls.__name__: cls
-    for cls in (
+
+class ProtocolError(ValueError):
+    """Bytes that are not a message of this protocol."""
+
+
+_CODEC = MessageCodec(
+    messages=(
         SamplingParams,
         ModelInfo,
         NewSequence,
@@ -251,60 +254,9 @@ _MESSAGES: dict[str, type] = {
         EngineOutputs,
         HealthRequest,
         HealthReport,
-    )
-}
-_ENUMS: dict[str, type[enum.Enum]] = {cls.__name__: cls for cls in (FinishReason, EngineState)}
-
-
-class ProtocolError(ValueError):
-    """Bytes that are not a message of this protocol."""
-
-
-def _to_plain(value: Any) -> Any:
-    if isinstance(value, enum.Enum):
-        return {"__e": type(value).__name__, "v": value.value}
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out = {"__t": type(value).__name__}
-        for f in dataclasses.fields(value):
-            out[f.name] = _to_plain(getattr(value, f.name))
-        return out
-    if isinstance(value, (list, tuple)):
-        return [_to_plain(v) for v in value]
-    return value
-
-
-def _from_plain(value: Any) -> Any:
-    if isinstance(value, list):
-        return [_from_plain(v) for v in value]
-    if isinstance(value, dict):
-        if "__e" in value:
-            enum_cls = _ENUMS.get(value["__e"])
-            if enum_cls is None:
-                raise ProtocolError(f"unknown enum {value['__e']!r}")
-            return enum_cls(value["v"])
-        name = value.get("__t")
-        cls = _MESSAGES.get(name)
-        if cls is None:
-            raise ProtocolError(f"unknown message type {name!r}")
-        kwargs = {k: _from_plain(v) for k, v in value.items() if k != "__t"}
-        try:
-            return cls(**kwargs)
-        except TypeError as exc:
-            raise ProtocolError(f"bad fields for {name}: {exc}") from None
-    return value
-
-
-def encode(message: Any) -> bytes:
-    if type(message).__name__ not in _MESSAGES:
-        raise ProtocolError(f"{type(message).__name__} is not a protocol message")
-    return json.dumps(_to_plain(message), separators=(",", ":")).encode()
-
-
-def decode(data: bytes) -> Any:
-    try:
-        plain = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ProtocolError(f"not JSON: {exc}") from None
-    if not isinstance(plain, dict) or "__t" not in plain:
-        raise ProtocolError("a message must be a JSON object with a type")
-    return _from_plain(plain)
+    ),
+    enums=(FinishReason, EngineState),
+    error=ProtocolError,
+)
+encode = _CODEC.encode
+decode = _CODEC.decode

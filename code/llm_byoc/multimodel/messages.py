@@ -8,10 +8,10 @@ travel as (error_type, message) and are rebuilt with ``ServingError.from_wire``.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from dataclasses import dataclass, field
 from typing import Any
+
+from ..wire import MessageCodec
 
 
 @dataclass(frozen=True)
@@ -66,53 +66,16 @@ class Stop:
     pass
 
 
-_TYPES: dict[str, type] = {
-    cls.__name__: cls
-    for cls in (Invocation, Reply, InvokeRequest, InvokeResult, InvokeFailed, WorkerReady, LoadFailed, Stop)
-}
-
-
 class WireError(ValueError):
     """A frame that is not one of these messages."""
 
 
-def _to_plain(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out = {"__t": type(value).__name__}
-        for f in dataclasses.fields(value):
-            out[f.name] = _to_plain(getattr(value, f.name))
-        return out
-    return value
-
-
-def _from_plain(value: Any) -> Any:
-    if isinstance(value, dict) and "__t" in value:
-        cls = _TYPES.get(value["__t"])
-        if cls is None:
-            raise WireError(f"unknown message type {value['__t']!r}")
-        kwargs = {k: _from_plain(v) for k, v in value.items() if k != "__t"}
-        try:
-            return cls(**kwargs)
-        except TypeError as exc:
-            raise WireError(f"bad fields for {value['__t']}: {exc}") from None
-    return value
-
-
-def encode_header(message: Any) -> bytes:
-    if type(message).__name__ not in _TYPES:
-        raise WireError(f"{type(message).__name__} is not a worker message")
-    return json.dumps(_to_plain(message), separators=(",", ":")).encode()
-
-
-def decode_header(data: bytes) -> Any:
-    try:
-        plain = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise WireError(f"not JSON: {exc}") from None
-    message = _from_plain(plain)
-    if type(message).__name__ not in _TYPES:
-        raise WireError("a frame must hold a typed message")
-    return message
+_CODEC = MessageCodec(
+    messages=(Invocation, Reply, InvokeRequest, InvokeResult, InvokeFailed, WorkerReady, LoadFailed, Stop),
+    error=WireError,
+)
+encode_header = _CODEC.encode
+decode_header = _CODEC.decode
 
 
 def send(conn, message: Any, payload: bytes = b"") -> None:

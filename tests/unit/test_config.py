@@ -1,0 +1,78 @@
+import pytest
+
+from llm_byoc.config import (
+    ConfigError,
+    EngineConfig,
+    MultiModelConfig,
+    ServerConfig,
+    parse_memory_budget,
+)
+
+
+def test_defaults_follow_the_sagemaker_contract():
+    server = ServerConfig.from_env({})
+    assert (server.port, server.workers, server.timeout_s) == (8080, 1, 60)
+    assert server.max_payload_bytes == 6 * 1024 * 1024 and not server.multi_model
+    engine = EngineConfig.from_env({})
+    assert engine.model == "/opt/ml/model" and not engine.trust_remote_code
+
+
+def test_environment_is_read_into_typed_fields():
+    env = {
+        "SAGEMAKER_BIND_TO_PORT": "9000",
+        "SAGEMAKER_MAX_PAYLOAD_IN_MB": "2",
+        "SAGEMAKER_MULTI_MODEL": "TRUE",
+        "LLM_BYOC_MODEL": "/models/x.gguf",
+        "LLM_BYOC_MAX_NUM_SEQS": "4",
+        "LLM_BYOC_TRUST_REMOTE_CODE": "yes",
+    }
+    server, engine = ServerConfig.from_env(env), EngineConfig.from_env(env)
+    assert server.port == 9000 and server.max_payload_bytes == 2 * 1024 * 1024 and server.multi_model
+    assert engine.model == "/models/x.gguf" and engine.max_num_seqs == 4 and engine.trust_remote_code
+
+
+@pytest.mark.parametrize(
+    "env, name",
+    [
+        ({"SAGEMAKER_BIND_TO_PORT": "http"}, "SAGEMAKER_BIND_TO_PORT"),
+        ({"SAGEMAKER_BIND_TO_PORT": "70000"}, "SAGEMAKER_BIND_TO_PORT"),
+        ({"SAGEMAKER_MULTI_MODEL": "maybe"}, "SAGEMAKER_MULTI_MODEL"),
+        ({"SAGEMAKER_MODEL_SERVER_WORKERS": "0"}, "SAGEMAKER_MODEL_SERVER_WORKERS"),
+    ],
+)
+def test_bad_server_settings_name_the_variable(env, name):
+    with pytest.raises(ConfigError, match=name):
+        ServerConfig.from_env(env)
+
+
+@pytest.mark.parametrize(
+    "env, name",
+    [
+        ({"LLM_BYOC_DTYPE": "float8"}, "LLM_BYOC_DTYPE"),
+        ({"LLM_BYOC_DEVICE": "tpu"}, "LLM_BYOC_DEVICE"),
+        ({"LLM_BYOC_MAX_NUM_SEQS": "0"}, "LLM_BYOC_MAX_NUM_SEQS"),
+        ({"LLM_BYOC_MAX_BATCHED_TOKENS": "8"}, "LLM_BYOC_MAX_BATCHED_TOKENS"),
+    ],
+)
+def test_bad_engine_settings_name_the_variable(env, name):
+    with pytest.raises(ConfigError, match=name):
+        EngineConfig.from_env(env)
+
+
+@pytest.mark.parametrize(
+    "raw, expected",
+    [("4GiB", 4 * 1024**3), ("512MB", 512 * 1000**2), ("0.5", 500), ("2000", 2000), ("1.5 kib", 1536)],
+)
+def test_memory_budget_sizes_and_fractions(raw, expected):
+    assert parse_memory_budget(raw, total_bytes=1000) == expected
+
+
+@pytest.mark.parametrize("raw", ["lots", "-1", "0", "GiB"])
+def test_bad_memory_budget(raw):
+    with pytest.raises(ConfigError, match="LLM_BYOC_MEMORY_BUDGET"):
+        parse_memory_budget(raw, total_bytes=1000)
+
+
+def test_multi_model_config_reads_root_and_budget():
+    config = MultiModelConfig.from_env({"LLM_BYOC_MODEL_ROOT": "/srv/models", "LLM_BYOC_MEMORY_BUDGET": "1GiB"})
+    assert config.model_root == "/srv/models" and config.memory_budget_bytes == 1024**3
