@@ -13,14 +13,10 @@ from llm_byoc.api.app import create_app
 from llm_byoc.bench.loadgen import main
 from llm_byoc.config import EngineConfig, ServerConfig
 from llm_byoc.engine.llm_engine import LLMEngine
-from llm_byoc.metrics import ServingMetrics, engine_refresher, register_metrics_route
 from prometheus_client.parser import text_string_to_metric_families
 from werkzeug.serving import make_server
 
 pytestmark = pytest.mark.slow
-
-
-METRICS = ServingMetrics()
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +25,6 @@ def server_url(tiny_opt_dir):
     engine = LLMEngine.start(EngineConfig(model=str(tiny_opt_dir), num_threads=1, max_num_seqs=4))
     engine.wait_ready(120)
     app = create_app(engine, ServerConfig(timeout_s=60))
-    register_metrics_route(app, refresh=engine_refresher(engine, METRICS), metrics=METRICS)
     server = make_server("127.0.0.1", 0, app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -91,4 +86,12 @@ def test_metrics_count_the_requests_the_load_generator_sent(server_url, tmp_path
     assert after[("llm_byoc_num_requests_waiting", ())] == 0  # refreshed from engine.health() at scrape
     assert after[("llm_byoc_num_requests_running", ())] == 0
     assert after[("llm_byoc_kv_cache_usage_ratio", ())] == 0
-    assert after[("llm_byoc_model_load_seconds_count", (("model", "tiny-opt"),))] == 1
+    for histogram in ("time_to_first_token", "e2e_request_latency"):  # fed by the app's request log
+        count = (f"llm_byoc_{histogram}_seconds_count", ())
+        assert after[count] - before.get(count, 0) == 5
+    generated = ("llm_byoc_generated_tokens_total", ())
+    assert after[generated] - before.get(generated, 0) == 5 * 3
+    prompt = ("llm_byoc_prompt_tokens_total", ())
+    assert after[prompt] - before.get(prompt, 0) >= 5 * 6  # --input-len 6:12 tokens each
+    # the app's metrics are process-wide: other apps in this test session may have added loads
+    assert after[("llm_byoc_model_load_seconds_count", (("model", "tiny-opt"),))] >= 1

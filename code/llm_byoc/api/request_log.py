@@ -13,7 +13,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from ..metrics import RequestTimer
+from ..metrics import RequestTimer, add_prompt_tokens
 
 log = logging.getLogger("llm_byoc.access")
 
@@ -48,7 +48,9 @@ class RequestLog:
         if self.done:
             return
         self.done = True
-        self.timer.finish()
+        if self.completion_tokens:  # a generation request (not /ping, /metrics, ...)
+            self.timer.finish()
+            add_prompt_tokens(sum(self.prompt_tokens.values()))
         elapsed_ms = (time.monotonic() - self.started) * 1000
         parts = [
             f"request_id={self.request_id}",

@@ -50,7 +50,8 @@ def _tokenizer(dest: Path):
 
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *_WORDS]
     (dest / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    return BertTokenizerFast(vocab_file=str(dest / "vocab.txt"), model_max_length=64)
+    # transformers 5 ignores vocab_file= here (every word became [UNK]); give the vocabulary itself
+    return BertTokenizerFast(vocab={word: i for i, word in enumerate(vocab)}, model_max_length=64)
 
 
 def _bert_config(**extra):
