@@ -101,11 +101,11 @@ def test_prepare_threads_respects_a_loaded_torch_and_the_operator(monkeypatch):
         monkeypatch.setenv(name, "")
         monkeypatch.delenv(name)
     main.prepare_threads()  # torch is loaded in this test process: too late to matter
-    assert "OMP_WAIT_POLICY" not in main.os.environ
+    assert "GOMP_SPINCOUNT" not in main.os.environ
     monkeypatch.delitem(main.sys.modules, "torch")
-    monkeypatch.setenv("GOMP_SPINCOUNT", "1000")
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
     main.prepare_threads()
-    assert "OMP_WAIT_POLICY" not in main.os.environ
-    monkeypatch.delenv("GOMP_SPINCOUNT")
+    assert "GOMP_SPINCOUNT" not in main.os.environ  # the operator chose
+    monkeypatch.delenv("OMP_WAIT_POLICY")
     main.prepare_threads()
-    assert main.os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert main.os.environ["GOMP_SPINCOUNT"] == "50000"
