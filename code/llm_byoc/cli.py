@@ -52,19 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(COMMANDS[name][0])
     if name in _PASS_COMMAND_NAME:
         rest = [name, *rest]
-    if name == "prepare-model":
-        return _prepare_model(rest)
     result = module.main(rest)
     return int(result or 0)
-
-
-def _prepare_model(rest: list[str]) -> int:
-    from pathlib import Path
-
-    from .models.default_model import ensure_default_model
-
-    print(ensure_default_model(Path(rest[0]) if rest else None))
-    return 0
 
 
 if __name__ == "__main__":

@@ -67,8 +67,15 @@ def ensure_default_model(dest: Path | None = None) -> Path:
     return convert_gguf_to_folder(find_packaged_gguf(), dest)
 
 
-if __name__ == "__main__":  # python -m llm_byoc.models.default_model [DEST]
+def main(argv: list[str] | None = None) -> int:
+    """``python -m llm_byoc.models.default_model [DEST]``: print the folder, converting once."""
     import sys
 
+    args = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    print(ensure_default_model(Path(sys.argv[1]) if len(sys.argv) > 1 else None))
+    print(ensure_default_model(Path(args[0]) if args else None))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
