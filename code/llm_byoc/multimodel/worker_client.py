@@ -20,6 +20,7 @@ import os
 import threading
 import time
 from concurrent.futures import Future
+from multiprocessing.connection import wait
 
 from ..config import EngineConfig
 from ..errors import EngineDead, ModelLoadError, QueueFull, RequestTimeout, ServingError
@@ -101,7 +102,15 @@ class ModelWorker:
 
     @property
     def alive(self) -> bool:
-        return self._dead_reason is None and self._process is not None and self._process.is_alive()
+        """False as soon as the process has exited, even before the reader sees EOF.
+
+        The sentinel is ready once the process is gone; ``is_alive()`` instead
+        calls ``waitpid``, and with several threads asking, the one that loses
+        the race to reap a dead child reads it as alive (and sends it work).
+        """
+        if self._dead_reason is not None or self._process is None:
+            return False
+        return not _has_exited(self._process)
 
     def start(self, timeout_s: float = 600.0) -> None:
         parent_conn, child_conn = _SPAWN.Pipe(duplex=True)
@@ -219,7 +228,7 @@ class ModelWorker:
 
     def memory_bytes(self) -> int:
         """Resident memory of the worker and its children (the LLM engine's worker)."""
-        if self._process is None or not self._process.is_alive():
+        if self._process is None or _has_exited(self._process):
             return 0
         tree = process_tree(self._process.pid)
         for pid in tree[1:]:
@@ -231,7 +240,7 @@ class ModelWorker:
         process = self._process
         if process is None:
             return
-        if process.is_alive():
+        if not _has_exited(process):
             self.memory_bytes()  # records the current children
         # A sender stuck on a full pipe (a hung worker) must not block the stop: then it is killed.
         if self._send_lock.acquire(timeout=1.0):
@@ -242,7 +251,7 @@ class ModelWorker:
             finally:
                 self._send_lock.release()
         process.join(timeout_s)
-        if process.is_alive():
+        if not _has_exited(process):
             log.warning("worker of %s did not stop in %.0f s; killing it", self.spec.name, timeout_s)
             process.kill()
             process.join(5.0)
@@ -251,6 +260,10 @@ class ModelWorker:
         self._fail_all(f"model {self.spec.name!r} was unloaded")
         if self._conn is not None:
             self._conn.close()
+
+
+def _has_exited(process, timeout_s: float = 0) -> bool:
+    return bool(wait([process.sentinel], timeout_s))
 
 
 def _kill_if_same(pid: int, started: int | None) -> None:
