@@ -74,7 +74,7 @@ class SocketCoreClient:
     def health(self) -> HealthReport:
         reply = _Reply()
         try:
-            self._send([HealthRequest()], reply)
+            self._send([HealthRequest()], reply, lock_timeout_s=HEALTH_TIMEOUT_S)
         except EngineDead as exc:
             return HealthReport(EngineState.DEAD, exc.message)
         if not reply.done.wait(HEALTH_TIMEOUT_S):
@@ -102,8 +102,13 @@ class SocketCoreClient:
 
     # --- plumbing ----------------------------------------------------------------
 
-    def _send(self, messages: list, reply: _Reply | None, live: list[str] = (), done: list[str] = ()) -> None:
-        with self._send_lock:
+    def _send(
+        self, messages: list, reply: _Reply | None, live: list[str] = (), done: list[str] = (),
+        lock_timeout_s: float = -1,
+    ) -> None:
+        if not self._send_lock.acquire(timeout=lock_timeout_s):  # a health check must not queue behind a stuck send
+            raise EngineDead("the engine server is not answering")
+        try:
             if self._dead is not None:
                 raise EngineDead(self._dead)
             self._live.update(live)
@@ -113,9 +118,13 @@ class SocketCoreClient:
             try:
                 for message in messages:
                     ipc.send(self._conn, message)
+                return
             except (OSError, ValueError) as exc:
-                self._fail(f"lost the connection to the engine server: {exc}")
-                raise EngineDead(self._dead) from None
+                error = exc
+        finally:
+            self._send_lock.release()
+        self._fail(f"lost the connection to the engine server: {error}")  # takes the lock itself
+        raise EngineDead(self._dead)
 
     def _read_loop(self) -> None:
         try:
