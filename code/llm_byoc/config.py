@@ -27,6 +27,7 @@ ENV_MAX_MODEL_LEN = "LLM_BYOC_MAX_MODEL_LEN"
 ENV_MAX_NEW_TOKENS = "LLM_BYOC_MAX_NEW_TOKENS_LIMIT"
 ENV_MAX_WAITING = "LLM_BYOC_MAX_WAITING"
 ENV_NUM_THREADS = "LLM_BYOC_NUM_THREADS"
+ENV_LINEAR_BACKEND = "LLM_BYOC_LINEAR_BACKEND"
 ENV_TRUST_REMOTE_CODE = "LLM_BYOC_TRUST_REMOTE_CODE"
 # Server
 ENV_HTTP_THREADS = "LLM_BYOC_HTTP_THREADS"
@@ -41,6 +42,7 @@ DEFAULT_MODEL_DIR = "/opt/ml/model"
 DEFAULT_MODEL_ROOT = "/opt/ml/models"
 
 _DTYPES = ("auto", "float32", "float16", "bfloat16")
+LINEAR_BACKENDS = ("auto", "onednn", "aten")  # see worker/linear.py
 _DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -88,6 +90,7 @@ class EngineConfig:
     max_new_tokens_limit: int = 2048
     max_waiting: int = 256  # queued sequences beyond this are refused (429)
     num_threads: int = 0  # torch intra-op threads in the worker; 0 = torch default
+    linear_backend: str = "auto"  # auto: oneDNN prepacked weights on CPU (fp32/bf16), else F.linear
     trust_remote_code: bool = False
 
     def __post_init__(self) -> None:
@@ -103,6 +106,10 @@ class EngineConfig:
         _require(self.max_new_tokens_limit >= 1, f"{ENV_MAX_NEW_TOKENS} must be >= 1")
         _require(self.max_waiting >= 0, f"{ENV_MAX_WAITING} must be >= 0")
         _require(self.num_threads >= 0, f"{ENV_NUM_THREADS} must be >= 0")
+        _require(
+            self.linear_backend in LINEAR_BACKENDS,
+            f"{ENV_LINEAR_BACKEND} must be one of {LINEAR_BACKENDS}, not {self.linear_backend!r}",
+        )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "EngineConfig":
@@ -118,6 +125,7 @@ class EngineConfig:
             max_new_tokens_limit=_int(env, ENV_MAX_NEW_TOKENS, 2048),
             max_waiting=_int(env, ENV_MAX_WAITING, 256),
             num_threads=_int(env, ENV_NUM_THREADS, 0),
+            linear_backend=env.get(ENV_LINEAR_BACKEND, "auto") or "auto",
             trust_remote_code=_bool(env, ENV_TRUST_REMOTE_CODE, False),
         )
 

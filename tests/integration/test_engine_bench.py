@@ -43,3 +43,23 @@ def test_closed_loop_on_the_fake_engine():
         engine.shutdown()
     assert run.errors == [] and run.output_tokens == 80
     assert len(run.ttft_s) == 10 and len(run.itl_s) == 10 * 7
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
+def test_static_baseline_on_the_engine_kernels_keeps_the_model_outputs(tiny_opt_dir):
+    from llm_byoc.bench.baselines import with_linear_backend
+    from llm_byoc.worker.linear import OneDNNLinear
+
+    torch.set_num_threads(1)
+    model, tokenizer = load_hf_model(str(tiny_opt_dir))
+    ids = tokenizer(bench_prompts(2), return_tensors="pt", padding=True)
+    with torch.inference_mode():
+        before = model(**ids).logits
+        with_linear_backend(model, "onednn", batch_hint=2)
+        after = model(**ids).logits
+    kernels = [m.kernel for m in model.modules() if hasattr(m, "kernel")]
+    assert kernels and all(isinstance(k, OneDNNLinear) for k in kernels)
+    assert not any(isinstance(m, torch.nn.Linear) for m in model.modules())
+    torch.testing.assert_close(after, before, rtol=1e-4, atol=1e-4)
+    result = static_batching(model, tokenizer, bench_prompts(4), 3, batch_size=4, concurrency=4)
+    assert result.output_tokens == 4 * 3

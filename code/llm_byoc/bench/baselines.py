@@ -4,6 +4,10 @@
 2. ``static_batching``: ``generate`` on batches of ``batch_size`` requests
    (left padding), each batch run to its end before the next starts.
 
+``with_linear_backend`` gives the Hugging Face model the engine's projection
+kernels (worker/linear.py) for a third, informative run: static batching on
+the same kernels, which separates what scheduling gains from what kernels do.
+
 Both take an already loaded Hugging Face model + tokenizer, the prompt texts
 and ``max_new_tokens``; generation is greedy and always makes exactly
 ``max_new_tokens`` tokens (``min_new_tokens`` = ``max_new_tokens``, the
@@ -120,6 +124,30 @@ def _closed_loop(
                 arrival[i + concurrency] = end
     elapsed = time.perf_counter() - start
     return BaselineResult(name, tokens, elapsed, tokens / elapsed, ttft, e2e)
+
+
+class _KernelLinear(torch.nn.Module):
+    """An ``nn.Linear`` replacement that runs one of worker.linear's kernels on [..., in]."""
+
+    def __init__(self, linear: torch.nn.Linear, make_linear):
+        super().__init__()
+        self.kernel = make_linear(linear.weight, linear.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, x.shape[-1])
+        return self.kernel(rows).reshape(*x.shape[:-1], self.kernel.out_features)
+
+
+def with_linear_backend(model: Any, backend: str, batch_hint: int | None = None) -> Any:
+    """``model`` with every ``nn.Linear`` running ``backend``'s kernel (in place; returned)."""
+    from ..worker.linear import linear_factory, resolve_backend
+
+    make_linear = linear_factory(resolve_backend(backend, model.device, model.dtype), batch_hint)
+    for name, module in list(model.named_modules()):
+        for child_name, child in list(module.named_children()):
+            if isinstance(child, torch.nn.Linear):
+                setattr(module, child_name, _KernelLinear(child, make_linear))
+    return model
 
 
 def load_hf_model(model_dir: str, dtype: torch.dtype = torch.float32) -> tuple[Any, Any]:

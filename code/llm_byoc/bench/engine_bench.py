@@ -1,14 +1,17 @@
 """Engine benchmark: continuous batching vs. the two baselines, one model, one run.
 
     python -m llm_byoc.bench.engine_bench [--num-requests 32] [--concurrency 16]
-        [--max-new-tokens 64] [--threads N] [--skip-baselines] [--json OUT]
+        [--max-new-tokens 64] [--threads N] [--linear-backend auto|onednn|aten]
+        [--skip-baselines] [--json OUT]
 
-SmolLM2-135M fp32 by default. ``concurrency`` closed-loop client threads each
+SmolLM2-135M on CPU, fp32 by default (``--dtype bfloat16`` for both sides). ``concurrency`` closed-loop client threads each
 submit their next request when the previous one finished, through
 ``LLMEngine`` (in-process core + worker process); greedy, ``ignore_eos``, so
 every request makes exactly ``max_new_tokens`` tokens. Then, in this process,
-the same prompts through sequential ``model.generate`` and static batching.
-Prints throughput and TTFT / inter-token / end-to-end latency percentiles.
+the same prompts through sequential ``model.generate`` and static batching
+(stock transformers), and, when the engine runs oneDNN kernels, static
+batching once more on those kernels (informative: it shows how much of the
+gain is the kernels and how much the scheduling). Prints throughput and TTFT / inter-token / end-to-end latency percentiles.
 """
 
 from __future__ import annotations
@@ -18,10 +21,10 @@ import itertools
 import json
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from ..config import EngineConfig
+from ..config import LINEAR_BACKENDS, EngineConfig
 from ..protocol import SamplingParams
 from .stats import distribution
 
@@ -103,7 +106,7 @@ def _line(name: str, tokens_per_s: float, ttft: list[float], e2e: list[float], i
         return "-" if d.count == 0 else f"{1000 * getattr(d, q):.0f}"
 
     itl_text = f"{ms(itl, 'p50'):>6}/{ms(itl, 'p99'):<6}" if itl is not None else f"{'-':>6}/{'-':<6}"
-    return (f"{name:<24} {tokens_per_s:>8.1f}  {ms(ttft, 'p50'):>6}/{ms(ttft, 'p99'):<6} "
+    return (f"{name:<30} {tokens_per_s:>8.1f}  {ms(ttft, 'p50'):>6}/{ms(ttft, 'p99'):<6} "
             f"{itl_text} {ms(e2e, 'p50'):>6}/{ms(e2e, 'p99'):<6}")
 
 
@@ -111,8 +114,9 @@ def _start_engine(args: argparse.Namespace, model_dir: str):
     from ..engine.llm_engine import LLMEngine
 
     config = EngineConfig(
-        model=model_dir, dtype="float32", device="cpu", max_num_seqs=args.concurrency,
+        model=model_dir, dtype=args.dtype, device="cpu", max_num_seqs=args.concurrency,
         max_batched_tokens=args.max_batched_tokens, num_threads=args.threads,
+        linear_backend=args.linear_backend,
     )
     engine = LLMEngine.start(config)
     engine.wait_ready(timeout_s=300)
@@ -123,17 +127,25 @@ def _start_engine(args: argparse.Namespace, model_dir: str):
 def _run_baselines(args: argparse.Namespace, model_dir: str, prompts: list[str]) -> list:
     import torch
 
-    from .baselines import load_hf_model, sequential_generate, static_batching
+    from ..worker.linear import resolve_backend
+    from .baselines import load_hf_model, sequential_generate, static_batching, with_linear_backend
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    model, tokenizer = load_hf_model(model_dir)
-    n = args.max_new_tokens
+    model, tokenizer = load_hf_model(model_dir, dtype=getattr(torch, args.dtype))
+    n, c = args.max_new_tokens, args.concurrency
     sequential_generate(model, tokenizer, prompts[:1], 4)  # warm-up
-    return [
-        sequential_generate(model, tokenizer, prompts, n, concurrency=args.concurrency),
-        static_batching(model, tokenizer, prompts, n, batch_size=args.concurrency, concurrency=args.concurrency),
+    results = [
+        sequential_generate(model, tokenizer, prompts, n, concurrency=c),
+        static_batching(model, tokenizer, prompts, n, batch_size=c, concurrency=c),
     ]
+    backend = resolve_backend(args.linear_backend, model.device, model.dtype)
+    if backend != "aten":  # informative: static batching on the engine's own kernels
+        with_linear_backend(model, backend, batch_hint=c)
+        static_batching(model, tokenizer, prompts[:1], 4)  # warm-up
+        result = static_batching(model, tokenizer, prompts, n, batch_size=c, concurrency=c)
+        results.append(replace(result, name=f"{result.name}, {backend}"))
+    return results
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -146,6 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="engine token budget per step (default 256: the first wave of 16 "
                              "prompts is prefilled in two chunks, which halves the median TTFT)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                        help="weights and activations, engine and baselines alike (default float32)")
+    parser.add_argument("--linear-backend", default="auto", choices=LINEAR_BACKENDS,
+                        help="the engine's projection kernels (worker/linear.py; default auto: "
+                             "oneDNN prepacked weights on CPU); the baselines run stock transformers")
     parser.add_argument("--skip-baselines", action="store_true")
     parser.add_argument("--json", help="write the figures to this file")
     return parser
@@ -167,13 +184,16 @@ def main(argv: list[str] | None = None) -> int:
         engine.shutdown()
     baselines = [] if args.skip_baselines else _run_baselines(args, model_dir, prompts)
     print(f"{args.num_requests} requests, {args.concurrency} concurrent, {args.max_new_tokens} new tokens, "
-          f"model {model_dir}")
-    print(f"{'':<24} {'tok/s':>8}  {'TTFT ms p50/p99':<14} {'ITL ms p50/p99':<14} {'E2E ms p50/p99'}")
+          f"model {model_dir} ({args.dtype}, {args.linear_backend} linear, {args.threads or 'default'} threads)")
+    print(f"{'':<30} {'tok/s':>8}  {'TTFT ms p50/p99':<14} {'ITL ms p50/p99':<14} {'E2E ms p50/p99'}")
     print(_line("engine (continuous)", run.tokens_per_s, run.ttft_s, run.e2e_s, run.itl_s))
     for base in baselines:
         print(_line(base.name, base.tokens_per_s, base.ttft_s, base.e2e_s, None))
     for base in baselines:
         print(f"engine / {base.name}: {run.tokens_per_s / base.tokens_per_s:.2f}x")
+    if len(baselines) > 2:
+        print("(targets compare with the stock baselines; the last line shows what is left "
+              "once static batching runs on the engine's kernels too)")
     if run.errors:
         print(f"{len(run.errors)} requests failed, e.g. {run.errors[0]}")
     if args.json:

@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from ..config import EngineConfig
+from ..config import LINEAR_BACKENDS, EngineConfig
 from ..protocol import NewSequence, SamplingParams, ScheduledChunk, StepBatch
 from ..worker.runner import ModelRunner
 
@@ -71,6 +71,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
+    parser.add_argument("--linear-backend", default="auto", choices=LINEAR_BACKENDS,
+                        help="projection kernels (worker/linear.py; default auto)")
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 8, 16])
     parser.add_argument("--context", type=int, default=32, help="cached tokens per sequence before decoding")
     parser.add_argument("--steps", type=int, default=20, help="decode steps timed per batch size")
@@ -90,12 +92,14 @@ def main(argv: list[str] | None = None) -> int:
 
         model = str(ensure_default_model())
     slots = max(args.batch)
-    config = EngineConfig(model=model, dtype=args.dtype, device=args.device, max_num_seqs=slots)
+    config = EngineConfig(model=model, dtype=args.dtype, device=args.device, max_num_seqs=slots,
+                          linear_backend=args.linear_backend)
     runner = ModelRunner.from_config(config)
     time_decode(runner, min(args.batch), args.context, 3, 0)  # warm-up
     report = {
         "model": model, "threads": torch.get_num_threads(), "dtype": runner.info.dtype,
-        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""), "decode": {}, "prefill": {},
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""), "linear_backend": args.linear_backend,
+        "decode": {}, "prefill": {},
     }
     for batch in args.batch:
         times = time_decode(runner, batch, args.context, args.steps, 1000 * batch)
@@ -107,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(report))
         return 0
-    print(f"{model} ({report['dtype']}, {report['threads']} threads)")
+    print(f"{model} ({report['dtype']}, {report['threads']} threads, {args.linear_backend} linear)")
     for batch, row in report["decode"].items():
         print(f"  decode batch {batch:>3}: {row['median_ms']:8.2f} ms/step  {row['tok_per_s']:8.1f} tok/s")
     for length, row in report["prefill"].items():

@@ -13,6 +13,7 @@ from ..config import EngineConfig
 from ..errors import ModelLoadError
 from ..models.loader import load_causal_lm, load_config, load_tokenizer, local_folder
 from ..protocol import ModelInfo
+from .linear import linear_factory, resolve_backend
 from .models import build_decoder, check_supported
 
 log = logging.getLogger(__name__)
@@ -60,9 +61,16 @@ def load_model(config: EngineConfig) -> LoadedModel:
     check_supported(hf_config, max_len)  # before the weights are read
     tokenizer = load_tokenizer(folder, config.trust_remote_code)  # the front end needs it to work
     hf_model = load_causal_lm(folder, config.dtype, config.device, config.trust_remote_code)
-    decoder = build_decoder(hf_model, max_len)
-    param_bytes = sum(p.numel() * p.element_size() for p in hf_model.parameters())
     device, dtype = hf_model.device, hf_model.dtype
+    try:
+        backend = resolve_backend(config.linear_backend, device, dtype)
+    except ValueError as exc:
+        raise ModelLoadError(str(exc)) from None
+    with torch.no_grad():  # fused weights (torch.cat) must not keep the originals alive through autograd
+        decoder = build_decoder(hf_model, max_len, linear_factory(backend, batch_hint=config.max_num_seqs))
+    param_bytes = sum(p.numel() * p.element_size() for p in hf_model.parameters())
+    if backend != "aten":  # every projection is a copy now: let the checkpoint's memory map go
+        own_tensors(decoder)
     info = ModelInfo(
         model_type=hf_model.config.model_type,
         model_path=str(Path(folder)),
@@ -76,8 +84,32 @@ def load_model(config: EngineConfig) -> LoadedModel:
         param_bytes=param_bytes,
         kv_cache_bytes=_kv_bytes(decoder, config.max_num_seqs, max_len, dtype),
     )
-    log.info("loaded %s (%s, %s on %s) in %.1f s", folder, info.model_type, info.dtype, device, info.load_time_s)
+    log.info("loaded %s (%s, %s on %s, %s linear kernels) in %.1f s",
+             folder, info.model_type, info.dtype, device, backend, info.load_time_s)
     return LoadedModel(decoder, info, device, dtype)
+
+
+def own_tensors(obj, depth: int = 0) -> None:
+    """Copy every plain tensor ``obj`` keeps (embeddings, norms, biases) out of the checkpoint.
+
+    transformers maps the safetensors file and hands out tensors backed by that
+    mapping; one kept tensor pins the whole mapping, and every page the load
+    touched stays resident (SmolLM2-135M with oneDNN projections: 540 MB more
+    RSS for a 108 MB embedding and a few norms).
+    """
+    if depth > 3:
+        return
+    items = list(enumerate(obj)) if isinstance(obj, list) else list(vars(obj).items())
+    for key, value in items:
+        if isinstance(value, torch.Tensor):
+            if value.layout == torch.strided:
+                copy = value.detach().clone()
+                if isinstance(obj, list):
+                    obj[key] = copy
+                else:
+                    setattr(obj, key, copy)
+        elif isinstance(value, list) or (hasattr(value, "__dict__") and not isinstance(value, torch.nn.Module)):
+            own_tensors(value, depth + 1)
 
 
 def _kv_bytes(decoder, num_slots: int, max_len: int, dtype: torch.dtype) -> int:

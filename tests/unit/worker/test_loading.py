@@ -19,6 +19,7 @@ from fixtures.step_driver import Request, drive
 from llm_byoc.config import EngineConfig
 from llm_byoc.errors import ModelLoadError
 from llm_byoc.protocol import SamplingParams
+from llm_byoc.worker.linear import AtenLinear, OneDNNLinear, onednn_usable
 from llm_byoc.worker.loading import load_model
 from llm_byoc.worker.models import check_supported
 from llm_byoc.worker.runner import ModelRunner
@@ -103,3 +104,63 @@ def test_other_layouts_match_generate(family, tiny_llama_dir, tmp_path):
     result = drive(runner, requests, num_slots=2, token_budget=5, eos_token_ids=(2,))
     for request in requests:
         assert result.outputs[request.seq_id] == hf_greedy(folder, request.prompt, 10)
+
+
+@pytest.mark.parametrize("backend", ["aten", "onednn"])
+@pytest.mark.parametrize("model_dir", ["tiny_llama_dir", "tiny_opt_dir"])
+def test_each_linear_backend_matches_generate(backend, model_dir, request):
+    if backend == "onednn" and not onednn_usable(torch.device("cpu"), torch.float32):
+        pytest.skip("torch built without oneDNN")
+    folder = str(request.getfixturevalue(model_dir))
+    config = EngineConfig(model=folder, max_num_seqs=2, linear_backend=backend)
+    runner = ModelRunner.from_config(config)
+    kernel = {"aten": AtenLinear, "onednn": OneDNNLinear}[backend]
+    assert isinstance(runner.decoder.lm_head, kernel)
+    assert isinstance(runner.decoder.layers[0].qkv, kernel)
+    prompts = [[5, 9, 30, 41, 7, 100, 200], [17, 4, 99]]
+    requests = [Request(f"r{i}", p, SamplingParams(max_new_tokens=10), i) for i, p in enumerate(prompts)]
+    result = drive(runner, requests, num_slots=2, token_budget=5, eos_token_ids=(2,))
+    for req in requests:
+        assert result.outputs[req.seq_id] == hf_greedy(folder, req.prompt, 10)
+
+
+@pytest.mark.skipif(not onednn_usable(torch.device("cpu"), torch.float32), reason="torch built without oneDNN")
+def test_auto_uses_onednn_on_cpu(tiny_llama_dir):
+    decoder = load_model(EngineConfig(model=str(tiny_llama_dir), device="cpu")).decoder
+    assert isinstance(decoder.layers[0].gate_up, OneDNNLinear)
+
+
+def test_onednn_with_float16_weights_is_a_load_error(tiny_llama_dir):
+    config = EngineConfig(model=str(tiny_llama_dir), device="cpu", dtype="float16", linear_backend="onednn")
+    with pytest.raises(ModelLoadError, match="onednn linear backend needs a CPU"):
+        load_model(config)
+
+
+def test_fused_weights_do_not_keep_the_checkpoint_tensors_alive(tiny_llama_dir):
+    """torch.cat under autograd would hold q/k/v through its grad_fn (the memory of two models)."""
+    decoder = load_model(EngineConfig(model=str(tiny_llama_dir), linear_backend="aten")).decoder
+    assert decoder.layers[0].qkv.weight.grad_fn is None and decoder.layers[0].gate_up.weight.grad_fn is None
+
+
+def test_own_tensors_copies_what_the_decoder_keeps():
+    from dataclasses import dataclass
+
+    from llm_byoc.worker.loading import own_tensors
+
+    @dataclass
+    class Layer:
+        norm: torch.Tensor
+        name: str
+
+    class Decoder:
+        def __init__(self, embed, layers):
+            self.embed, self.layers, self.module = embed, layers, torch.nn.Linear(2, 2)
+
+    shared = torch.arange(12.0)
+    decoder = Decoder(shared[:8].view(2, 4), [Layer(shared[8:], "l0")])
+    module_weight = decoder.module.weight
+    own_tensors(decoder)
+    assert torch.equal(decoder.embed, shared[:8].view(2, 4)) and torch.equal(decoder.layers[0].norm, shared[8:])
+    assert decoder.embed.untyped_storage().data_ptr() != shared.untyped_storage().data_ptr()
+    assert decoder.layers[0].norm.untyped_storage().nbytes() == 4 * 4
+    assert decoder.module.weight is module_weight  # modules are left alone

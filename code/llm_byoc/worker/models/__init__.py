@@ -9,6 +9,7 @@ not the modules) and exposes ``num_layers``, ``num_heads``, ``num_kv_heads``,
 from __future__ import annotations
 
 from ...errors import ModelLoadError
+from ..linear import MakeLinear
 from .llama import LlamaDecoder
 from .opt import OPTDecoder
 
@@ -45,6 +46,7 @@ def check_supported(config, max_model_len: int) -> None:
         )
 
 
-def build_decoder(hf_model, max_model_len: int):
+def build_decoder(hf_model, max_model_len: int, make_linear: MakeLinear | None = None):
+    """``make_linear`` builds each projection (worker.linear); default: F.linear."""
     check_supported(hf_model.config, max_model_len)
-    return DECODERS[hf_model.config.model_type](hf_model)
+    return DECODERS[hf_model.config.model_type](hf_model, make_linear)

@@ -17,6 +17,7 @@ from transformers.activations import ACT2FN
 from ..attention import cached_attention
 from ..batch import StepInputs
 from ..kv_cache import KVCache
+from ..linear import Linear, MakeLinear, linear_factory
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -47,37 +48,35 @@ def _cat_bias(*linears) -> torch.Tensor | None:
 @dataclass
 class LlamaLayer:
     ln_attn: torch.Tensor  # [hidden]
-    w_qkv: torch.Tensor  # [(H + 2*KVH) * D, hidden]
-    b_qkv: torch.Tensor | None
-    w_o: torch.Tensor  # [hidden, H * D]
-    b_o: torch.Tensor | None
+    qkv: Linear  # hidden -> (H + 2*KVH) * D
+    o: Linear  # H * D -> hidden
     ln_mlp: torch.Tensor  # [hidden]
-    w_gate_up: torch.Tensor  # [2 * I, hidden]
-    b_gate_up: torch.Tensor | None
-    w_down: torch.Tensor  # [hidden, I]
-    b_down: torch.Tensor | None
+    gate_up: Linear  # hidden -> 2 * I
+    down: Linear  # I -> hidden
 
     @classmethod
-    def from_hf(cls, layer) -> "LlamaLayer":
+    def from_hf(cls, layer, make_linear: MakeLinear) -> "LlamaLayer":
         attn, mlp = layer.self_attn, layer.mlp
         return cls(
             ln_attn=layer.input_layernorm.weight,
-            w_qkv=torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]),
-            b_qkv=_cat_bias(attn.q_proj, attn.k_proj, attn.v_proj),
-            w_o=attn.o_proj.weight,
-            b_o=attn.o_proj.bias,
+            qkv=make_linear(
+                torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]),
+                _cat_bias(attn.q_proj, attn.k_proj, attn.v_proj),
+            ),
+            o=make_linear(attn.o_proj.weight, attn.o_proj.bias),
             ln_mlp=layer.post_attention_layernorm.weight,
-            w_gate_up=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
-            b_gate_up=_cat_bias(mlp.gate_proj, mlp.up_proj),
-            w_down=mlp.down_proj.weight,
-            b_down=mlp.down_proj.bias,
+            gate_up=make_linear(
+                torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), _cat_bias(mlp.gate_proj, mlp.up_proj)
+            ),
+            down=make_linear(mlp.down_proj.weight, mlp.down_proj.bias),
         )
 
 
 class LlamaDecoder:
     """``forward`` -> hidden states [T, hidden]; ``logits`` for the rows that sample."""
 
-    def __init__(self, hf_model):
+    def __init__(self, hf_model, make_linear: MakeLinear | None = None):
+        make_linear = make_linear or linear_factory("aten")
         config = hf_model.config
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = getattr(config, "num_key_value_heads", None) or self.num_heads
@@ -87,9 +86,9 @@ class LlamaDecoder:
         decoder = hf_model.model
         self.embed = decoder.embed_tokens.weight  # [V, hidden]
         self.rotary = decoder.rotary_emb  # HF module: honours the config's rope parameters
-        self.layers = [LlamaLayer.from_hf(layer) for layer in decoder.layers]
+        self.layers = [LlamaLayer.from_hf(layer, make_linear) for layer in decoder.layers]
         self.norm = decoder.norm.weight
-        self.lm_head = hf_model.lm_head.weight  # [V, hidden]; may be the embedding (tied)
+        self.lm_head = make_linear(hf_model.lm_head.weight, None)  # [V, hidden]; may be the embedding (tied)
 
     @property
     def num_layers(self) -> int:
@@ -104,17 +103,17 @@ class LlamaDecoder:
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """h: [S, hidden] -> [S, V] float32."""
-        return F.linear(rms_norm(h, self.norm, self.eps), self.lm_head).float()
+        return self.lm_head(rms_norm(h, self.norm, self.eps)).float()
 
     def _layer(self, layer: LlamaLayer, h, cos, sin, k_cache, v_cache, inputs) -> torch.Tensor:
         rows = h.shape[0]
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        qkv = F.linear(rms_norm(h, layer.ln_attn, self.eps), layer.w_qkv, layer.b_qkv)
+        qkv = layer.qkv(rms_norm(h, layer.ln_attn, self.eps))
         qk, v = qkv.split([q_size + kv_size, kv_size], dim=-1)
         qk = rotate(qk.view(rows, self.num_heads + self.num_kv_heads, self.head_dim), cos, sin)
         q, k = qk.split([self.num_heads, self.num_kv_heads], dim=1)  # [T, H, D], [T, KVH, D]
         v = v.view(rows, self.num_kv_heads, self.head_dim)
         attn = cached_attention(q, k, v, k_cache, v_cache, inputs)  # [T, H, D]
-        h = h + F.linear(attn.reshape(rows, q_size), layer.w_o, layer.b_o)
-        gate, up = F.linear(rms_norm(h, layer.ln_mlp, self.eps), layer.w_gate_up, layer.b_gate_up).chunk(2, dim=-1)
-        return h + F.linear(self.act(gate) * up, layer.w_down, layer.b_down)
+        h = h + layer.o(attn.reshape(rows, q_size))
+        gate, up = layer.gate_up(rms_norm(h, layer.ln_mlp, self.eps)).chunk(2, dim=-1)
+        return h + layer.down(self.act(gate) * up)

@@ -16,12 +16,13 @@ from transformers.activations import ACT2FN
 from ..attention import cached_attention
 from ..batch import StepInputs
 from ..kv_cache import KVCache
+from ..linear import Linear, MakeLinear, linear_factory
 
 POSITION_OFFSET = 2  # OPTLearnedPositionalEmbedding: position p is row p + 2
 
 
-def _weight(module) -> torch.Tensor | None:
-    return None if module is None else module.weight
+def _linear(module, make_linear: MakeLinear) -> Linear | None:
+    return None if module is None else make_linear(module.weight, module.bias)
 
 
 @dataclass
@@ -41,39 +42,34 @@ class LayerNorm:
 @dataclass
 class OPTLayer:
     ln_attn: LayerNorm
-    w_qkv: torch.Tensor  # [3 * hidden, hidden]
-    b_qkv: torch.Tensor | None
-    w_out: torch.Tensor  # [hidden, hidden]
-    b_out: torch.Tensor | None
+    qkv: Linear  # hidden -> 3 * hidden
+    out: Linear  # hidden -> hidden
     ln_ffn: LayerNorm
-    w_fc1: torch.Tensor  # [ffn, hidden]
-    b_fc1: torch.Tensor | None
-    w_fc2: torch.Tensor  # [hidden, ffn]
-    b_fc2: torch.Tensor | None
+    fc1: Linear  # hidden -> ffn
+    fc2: Linear  # ffn -> hidden
 
     @classmethod
-    def from_hf(cls, layer) -> "OPTLayer":
+    def from_hf(cls, layer, make_linear: MakeLinear) -> "OPTLayer":
         attn = layer.self_attn
         projections = (attn.q_proj, attn.k_proj, attn.v_proj)
         biases = [p.bias for p in projections]
         return cls(
             ln_attn=LayerNorm.from_hf(layer.self_attn_layer_norm),
-            w_qkv=torch.cat([p.weight for p in projections]),
-            b_qkv=None if biases[0] is None else torch.cat(biases),
-            w_out=attn.out_proj.weight,
-            b_out=attn.out_proj.bias,
+            qkv=make_linear(
+                torch.cat([p.weight for p in projections]), None if biases[0] is None else torch.cat(biases)
+            ),
+            out=make_linear(attn.out_proj.weight, attn.out_proj.bias),
             ln_ffn=LayerNorm.from_hf(layer.final_layer_norm),
-            w_fc1=layer.fc1.weight,
-            b_fc1=layer.fc1.bias,
-            w_fc2=layer.fc2.weight,
-            b_fc2=layer.fc2.bias,
+            fc1=make_linear(layer.fc1.weight, layer.fc1.bias),
+            fc2=make_linear(layer.fc2.weight, layer.fc2.bias),
         )
 
 
 class OPTDecoder:
     """``forward`` -> hidden states [T, hidden]; ``logits`` for the rows that sample."""
 
-    def __init__(self, hf_model):
+    def __init__(self, hf_model, make_linear: MakeLinear | None = None):
+        make_linear = make_linear or linear_factory("aten")
         config = hf_model.config
         self.num_heads = self.num_kv_heads = config.num_attention_heads
         self.head_dim = config.hidden_size // config.num_attention_heads
@@ -82,12 +78,12 @@ class OPTDecoder:
         decoder = hf_model.model.decoder
         self.embed = decoder.embed_tokens.weight  # [V, word_embed_proj_dim]
         self.positions = decoder.embed_positions.weight  # [max_positions + 2, hidden]
-        self.project_in = _weight(decoder.project_in)  # [hidden, word_dim] or None
-        self.project_out = _weight(decoder.project_out)  # [word_dim, hidden] or None
+        self.project_in = _linear(decoder.project_in, make_linear)  # word_dim -> hidden, or None
+        self.project_out = _linear(decoder.project_out, make_linear)  # hidden -> word_dim, or None
         final = decoder.final_layer_norm
         self.final_norm = None if final is None else LayerNorm.from_hf(final)
-        self.layers = [OPTLayer.from_hf(layer) for layer in decoder.layers]
-        self.lm_head = hf_model.lm_head.weight  # [V, word_dim]
+        self.layers = [OPTLayer.from_hf(layer, make_linear) for layer in decoder.layers]
+        self.lm_head = make_linear(hf_model.lm_head.weight, None)  # word_dim -> V
 
     @property
     def num_layers(self) -> int:
@@ -96,7 +92,7 @@ class OPTDecoder:
     def forward(self, inputs: StepInputs, cache: KVCache) -> torch.Tensor:
         h = F.embedding(inputs.token_ids, self.embed)  # [T, word_dim]
         if self.project_in is not None:
-            h = F.linear(h, self.project_in)  # [T, hidden]
+            h = self.project_in(h)  # [T, hidden]
         h = h + F.embedding(inputs.positions + POSITION_OFFSET, self.positions)
         for index, layer in enumerate(self.layers):
             h = self._layer(layer, h, cache.k[index], cache.v[index], inputs)
@@ -107,18 +103,18 @@ class OPTDecoder:
         if self.final_norm is not None:
             h = self.final_norm(h)
         if self.project_out is not None:
-            h = F.linear(h, self.project_out)
-        return F.linear(h, self.lm_head).float()
+            h = self.project_out(h)
+        return self.lm_head(h).float()
 
     def _layer(self, layer: OPTLayer, h, k_cache, v_cache, inputs) -> torch.Tensor:
         rows, hidden = h.shape
         x = layer.ln_attn(h) if self.pre_norm else h
-        q, k, v = F.linear(x, layer.w_qkv, layer.b_qkv).split(hidden, dim=-1)
+        q, k, v = layer.qkv(x).split(hidden, dim=-1)
         shape = (rows, self.num_heads, self.head_dim)
         attn = cached_attention(q.view(shape), k.view(shape), v.view(shape), k_cache, v_cache, inputs)
-        h = h + F.linear(attn.reshape(rows, hidden), layer.w_out, layer.b_out)  # [T, hidden]
+        h = h + layer.out(attn.reshape(rows, hidden))  # [T, hidden]
         if not self.pre_norm:
             h = layer.ln_attn(h)
         x = layer.ln_ffn(h) if self.pre_norm else h
-        h = h + F.linear(self.act(F.linear(x, layer.w_fc1, layer.b_fc1)), layer.w_fc2, layer.b_fc2)
+        h = h + layer.fc2(self.act(layer.fc1(x)))
         return h if self.pre_norm else layer.ln_ffn(h)
