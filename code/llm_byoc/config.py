@@ -28,6 +28,7 @@ ENV_MAX_NEW_TOKENS = "LLM_BYOC_MAX_NEW_TOKENS_LIMIT"
 ENV_MAX_WAITING = "LLM_BYOC_MAX_WAITING"
 ENV_NUM_THREADS = "LLM_BYOC_NUM_THREADS"
 ENV_LINEAR_BACKEND = "LLM_BYOC_LINEAR_BACKEND"
+ENV_STEP_TIMEOUT = "LLM_BYOC_STEP_TIMEOUT"
 ENV_TRUST_REMOTE_CODE = "LLM_BYOC_TRUST_REMOTE_CODE"
 # Server
 ENV_HTTP_THREADS = "LLM_BYOC_HTTP_THREADS"
@@ -91,6 +92,7 @@ class EngineConfig:
     max_waiting: int = 256  # queued sequences beyond this are refused (429)
     num_threads: int = 0  # torch intra-op threads in the worker; 0 = torch default
     linear_backend: str = "auto"  # auto: oneDNN prepacked weights on CPU (fp32/bf16), else F.linear
+    step_timeout_s: int = 300  # a worker that does not finish one step in this long is hung: stop it; 0 = never
     trust_remote_code: bool = False
 
     def __post_init__(self) -> None:
@@ -106,6 +108,7 @@ class EngineConfig:
         _require(self.max_new_tokens_limit >= 1, f"{ENV_MAX_NEW_TOKENS} must be >= 1")
         _require(self.max_waiting >= 0, f"{ENV_MAX_WAITING} must be >= 0")
         _require(self.num_threads >= 0, f"{ENV_NUM_THREADS} must be >= 0")
+        _require(self.step_timeout_s >= 0, f"{ENV_STEP_TIMEOUT} must be >= 0")
         _require(
             self.linear_backend in LINEAR_BACKENDS,
             f"{ENV_LINEAR_BACKEND} must be one of {LINEAR_BACKENDS}, not {self.linear_backend!r}",
@@ -126,6 +129,7 @@ class EngineConfig:
             max_waiting=_int(env, ENV_MAX_WAITING, 256),
             num_threads=_int(env, ENV_NUM_THREADS, 0),
             linear_backend=env.get(ENV_LINEAR_BACKEND, "auto") or "auto",
+            step_timeout_s=_int(env, ENV_STEP_TIMEOUT, 300),
             trust_remote_code=_bool(env, ENV_TRUST_REMOTE_CODE, False),
         )
 

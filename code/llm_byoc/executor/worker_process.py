@@ -7,7 +7,8 @@ Only JSON protocol messages cross the pipe (send_bytes/recv_bytes, never pickle)
 The process is watched through its sentinel (a handle that becomes readable
 when it exits), so a killed worker is noticed at once, whether a step is in
 flight or the engine is idle: the pending call raises EngineDead and
-``on_dead`` fires once.
+``on_dead`` fires once. A worker alive but stuck (no answer to a step within
+``config.step_timeout_s``) is killed and treated the same way.
 """
 
 from __future__ import annotations
@@ -150,7 +151,13 @@ class WorkerProcess:
                 raise EngineDead(self.detail)
             try:
                 self._conn.send_bytes(protocol.encode(batch))
-                ready = wait([self._conn, self._process.sentinel])
+                ready = wait([self._conn, self._process.sentinel], self.config.step_timeout_s or None)
+                if not ready:
+                    self._mark_dead(
+                        f"the model worker did not finish a step in {self.config.step_timeout_s} s "
+                        "(hung); it was stopped"
+                    )
+                    raise EngineDead(self.detail)
                 if self._conn not in ready:
                     raise EOFError("the worker process exited")
                 message = protocol.decode(self._conn.recv_bytes())

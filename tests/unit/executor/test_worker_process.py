@@ -101,3 +101,21 @@ def test_crash_after_n_steps():
     with pytest.raises(EngineDead):
         worker.execute(StepBatch(2, chunks=[ScheduledChunk("s", [next_token(7)], 3, sample=True)]))
     worker.shutdown()
+
+
+def test_a_hung_step_is_stopped_after_the_step_timeout():
+    died = threading.Event()
+    worker = WorkerProcess(
+        EngineConfig(model="/fake-model", step_timeout_s=1),
+        fake_target(FakeModel(step_delay_s=60)),
+        on_dead=lambda detail: died.set(),
+    )
+    worker.start()
+    worker.wait_ready(timeout_s=20)
+    started = time.monotonic()
+    with pytest.raises(EngineDead, match="did not finish a step in 1 s"):
+        worker.execute(first_step())
+    assert time.monotonic() - started < 10
+    assert died.is_set() and worker.state is EngineState.DEAD
+    assert worker._has_exited(5)  # the stuck process was killed, not left behind
+    worker.shutdown()
