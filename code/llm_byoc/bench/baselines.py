@@ -143,7 +143,7 @@ def with_linear_backend(model: Any, backend: str, batch_hint: int | None = None)
     from ..worker.linear import linear_factory, resolve_backend
 
     make_linear = linear_factory(resolve_backend(backend, model.device, model.dtype), batch_hint)
-    for name, module in list(model.named_modules()):
+    for module in list(model.modules()):
         for child_name, child in list(module.named_children()):
             if isinstance(child, torch.nn.Linear):
                 setattr(module, child_name, _KernelLinear(child, make_linear))

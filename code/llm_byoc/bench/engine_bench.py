@@ -1,17 +1,19 @@
 """Engine benchmark: continuous batching vs. the two baselines, one model, one run.
 
     python -m llm_byoc.bench.engine_bench [--num-requests 32] [--concurrency 16]
-        [--max-new-tokens 64] [--threads N] [--linear-backend auto|onednn|aten]
-        [--skip-baselines] [--json OUT]
+        [--max-new-tokens 64] [--threads N] [--dtype float32|bfloat16]
+        [--linear-backend auto|onednn|aten] [--skip-baselines] [--json OUT]
 
-SmolLM2-135M on CPU, fp32 by default (``--dtype bfloat16`` for both sides). ``concurrency`` closed-loop client threads each
-submit their next request when the previous one finished, through
-``LLMEngine`` (in-process core + worker process); greedy, ``ignore_eos``, so
-every request makes exactly ``max_new_tokens`` tokens. Then, in this process,
-the same prompts through sequential ``model.generate`` and static batching
-(stock transformers), and, when the engine runs oneDNN kernels, static
-batching once more on those kernels (informative: it shows how much of the
-gain is the kernels and how much the scheduling). Prints throughput and TTFT / inter-token / end-to-end latency percentiles.
+SmolLM2-135M on CPU, fp32 by default (``--dtype bfloat16`` for both sides).
+``concurrency`` closed-loop client threads each submit their next request
+when the previous one finished, through ``LLMEngine`` (in-process core +
+worker process); greedy, ``ignore_eos``, so every request makes exactly
+``max_new_tokens`` tokens. Then, in this process, the same prompts through
+sequential ``model.generate`` and static batching (stock transformers), and,
+when the engine runs oneDNN kernels, static batching once more on those
+kernels (informative: it shows how much of the gain is the kernels and how
+much the scheduling). Prints throughput and TTFT / inter-token / end-to-end
+latency percentiles.
 """
 
 from __future__ import annotations

@@ -18,15 +18,12 @@ when torch has it, aten everywhere else (CUDA has cuBLAS).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
 from ..config import LINEAR_BACKENDS as BACKENDS
-
-log = logging.getLogger(__name__)
 
 _ONEDNN_DTYPES = (torch.float32, torch.bfloat16)
 

@@ -3,7 +3,6 @@
 import threading
 from collections import deque
 
-import pytest
 
 from llm_byoc.engine.client import SocketCoreClient
 from llm_byoc.errors import EngineDead

@@ -98,7 +98,11 @@ def test_other_layouts_match_generate(family, tiny_llama_dir, tmp_path):
             if name.endswith("proj.bias"):  # qwen2's q/k/v biases: make them matter
                 param.normal_(0, 0.1)
     folder = _folder_like(tiny_llama_dir, tmp_path, family, model)
-    runner = ModelRunner.from_config(EngineConfig(model=folder, max_num_seqs=2))
+    assert_batched_greedy_matches_generate(ModelRunner.from_config(EngineConfig(model=folder, max_num_seqs=2)), folder)
+
+
+def assert_batched_greedy_matches_generate(runner: ModelRunner, folder: str) -> None:
+    """Two prompts of different lengths, chunked prefill, batched decode: each as ``generate`` alone."""
     prompts = [[5, 9, 30, 41, 7, 100, 200], [17, 4, 99]]
     requests = [Request(f"r{i}", p, SamplingParams(max_new_tokens=10), i) for i, p in enumerate(prompts)]
     result = drive(runner, requests, num_slots=2, token_budget=5, eos_token_ids=(2,))
@@ -117,11 +121,7 @@ def test_each_linear_backend_matches_generate(backend, model_dir, request):
     kernel = {"aten": AtenLinear, "onednn": OneDNNLinear}[backend]
     assert isinstance(runner.decoder.lm_head, kernel)
     assert isinstance(runner.decoder.layers[0].qkv, kernel)
-    prompts = [[5, 9, 30, 41, 7, 100, 200], [17, 4, 99]]
-    requests = [Request(f"r{i}", p, SamplingParams(max_new_tokens=10), i) for i, p in enumerate(prompts)]
-    result = drive(runner, requests, num_slots=2, token_budget=5, eos_token_ids=(2,))
-    for req in requests:
-        assert result.outputs[req.seq_id] == hf_greedy(folder, req.prompt, 10)
+    assert_batched_greedy_matches_generate(runner, folder)
 
 
 @pytest.mark.skipif(not onednn_usable(torch.device("cpu"), torch.float32), reason="torch built without oneDNN")
