@@ -66,19 +66,7 @@ def test_dry_run_create_prints_every_call_and_needs_no_credentials(no_credential
 
 def test_dry_run_create_from_a_local_model_folder(no_credentials, tmp_path):
     (tmp_path / "config.json").write_text("{}")
-    argv = [
-        "create",
-        "--name",
-        "chat",
-        "--image",
-        IMAGE,
-        "--role",
-        ROLE_ARN,
-        "--model-path",
-        str(tmp_path),
-        "--dry-run",
-    ]
-    code, out = run(argv)
+    code, out = run(CREATE[:7] + ["--model-path", str(tmp_path), "--dry-run"])
     assert code == 0
     assert dry_calls(out) == [
         ("sagemaker", "describe_endpoint"),

@@ -205,13 +205,8 @@ UPDATE_PARAMS = {"EndpointName": "chat", "EndpointConfigName": NEW, "RetainAllVa
 ENDPOINT_ARN = f"arn:aws:sagemaker:{REGION}:123456789012:endpoint/chat"
 
 
-def test_update_rolls_to_a_new_config_then_removes_the_old(stubbed):
-    gateway, stub = stubbed
-    stub.add_response("update_endpoint", {"EndpointArn": ENDPOINT_ARN}, UPDATE_PARAMS)
-    stub.add_response("describe_endpoint", _endpoint("Updating", OLD), {"EndpointName": "chat"})
-    stub.add_response("describe_endpoint", _endpoint("InService", NEW), {"EndpointName": "chat"})
-    stub.add_response("delete_endpoint_config", {}, {"EndpointConfigName": OLD})
-    stub.add_response("delete_model", {}, {"ModelName": OLD})
+def _update_to_new_image(gateway) -> None:
+    """The update these tests stub (UPDATE_PARAMS, config NEW): a new image and 64 sequences."""
     endpoints.update(
         gateway,
         "chat",
@@ -221,6 +216,16 @@ def test_update_rolls_to_a_new_config_then_removes_the_old(stubbed):
         image="new-image:2",
         environment={"LLM_BYOC_MAX_NUM_SEQS": "64"},
     )
+
+
+def test_update_rolls_to_a_new_config_then_removes_the_old(stubbed):
+    gateway, stub = stubbed
+    stub.add_response("update_endpoint", {"EndpointArn": ENDPOINT_ARN}, UPDATE_PARAMS)
+    stub.add_response("describe_endpoint", _endpoint("Updating", OLD), {"EndpointName": "chat"})
+    stub.add_response("describe_endpoint", _endpoint("InService", NEW), {"EndpointName": "chat"})
+    stub.add_response("delete_endpoint_config", {}, {"EndpointConfigName": OLD})
+    stub.add_response("delete_model", {}, {"ModelName": OLD})
+    _update_to_new_image(gateway)
     stub.assert_no_pending_responses()
 
 
@@ -231,15 +236,7 @@ def test_failed_update_keeps_the_old_config(stubbed):
         "describe_endpoint", _endpoint("InService", OLD, reason="image pull failed"), {"EndpointName": "chat"}
     )
     with pytest.raises(EndpointFailed, match="rolled back to chat-20260101-000000: image pull failed"):
-        endpoints.update(
-            gateway,
-            "chat",
-            "20260102-000000",
-            quiet_wait,
-            out=io.StringIO(),
-            image="new-image:2",
-            environment={"LLM_BYOC_MAX_NUM_SEQS": "64"},
-        )
+        _update_to_new_image(gateway)
     stub.assert_no_pending_responses()  # and no delete of the old config or model was attempted
 
 
@@ -271,13 +268,5 @@ def test_refused_update_leaves_no_orphans(stubbed):
     stub.add_response("delete_endpoint_config", {}, {"EndpointConfigName": NEW})
     stub.add_response("delete_model", {}, {"ModelName": NEW})
     with pytest.raises(DeployError, match="update_endpoint failed: ValidationException: Cannot update in-progress"):
-        endpoints.update(
-            gateway,
-            "chat",
-            "20260102-000000",
-            quiet_wait,
-            out=io.StringIO(),
-            image="new-image:2",
-            environment={"LLM_BYOC_MAX_NUM_SEQS": "64"},
-        )
+        _update_to_new_image(gateway)
     stub.assert_no_pending_responses()
