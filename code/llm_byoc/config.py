@@ -90,7 +90,7 @@ class EngineConfig:
     max_model_len: int | None = None  # None: the model's own limit, capped at 4096
     max_new_tokens_limit: int = 2048
     max_waiting: int = 256  # queued sequences beyond this are refused (429)
-    num_threads: int = 0  # torch intra-op threads in the worker; 0 = torch default
+    num_threads: int = 0  # torch intra-op threads in the worker; 0 = OMP_NUM_THREADS, else the usable cores (cpu.py)
     linear_backend: str = "auto"  # auto: oneDNN prepacked weights on CPU (fp32/bf16), else F.linear
     step_timeout_s: int = 300  # a worker that does not finish one step in this long is hung: stop it; 0 = never
     trust_remote_code: bool = False

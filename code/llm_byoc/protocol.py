@@ -107,6 +107,7 @@ class ModelInfo:
     load_time_s: float
     param_bytes: int = 0
     kv_cache_bytes: int = 0
+    linear_backend: str = ""  # the projection kernels the worker chose (worker/linear.py)
 
 
 @dataclass(frozen=True)

@@ -127,3 +127,46 @@ def test_smollm2_greedy_matches_generate(smollm2_dir):
     finally:
         engine.shutdown()
     assert [r.token_ids for r in results] == reference(smollm2_dir, prompts, max_new)
+
+
+_BF16_CHILD = """
+import json, sys
+from llm_byoc.config import EngineConfig
+from llm_byoc.engine.llm_engine import LLMEngine
+from llm_byoc.errors import ServingError
+from llm_byoc.protocol import SamplingParams
+engine = LLMEngine.start(EngineConfig(model=sys.argv[1], dtype="bfloat16", device="cpu",
+                                      max_num_seqs=2, linear_backend=sys.argv[2]))
+out = {}
+try:
+    engine.wait_ready(120)
+    result = engine.generate(["Hello world"], SamplingParams(max_new_tokens=4, ignore_eos=True), timeout_s=60)[0]
+    out = {"tokens": len(result.token_ids), "backend": engine.health().info.linear_backend}
+except ServingError as exc:
+    out = {"error": exc.error_type, "message": exc.message}
+finally:
+    engine.shutdown()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN")
+def test_bfloat16_on_an_avx2_only_cpu(tiny_llama_dir):
+    """ONEDNN_MAX_CPU_ISA=AVX2 emulates a CPU without AVX-512: bf16 serves on F.linear;
+    an explicit onednn is a clear load error (EngineDead with the reason), never a traceback."""
+    import json
+
+    env = dict(os.environ, ONEDNN_MAX_CPU_ISA="AVX2")
+
+    def run(backend: str) -> dict:
+        child = subprocess.run([sys.executable, "-c", _BF16_CHILD, str(tiny_llama_dir), backend],
+                               env=env, capture_output=True, text=True, timeout=300)
+        assert child.returncode == 0, child.stderr[-2000:]
+        return json.loads(child.stdout.strip().splitlines()[-1])
+
+    assert run("auto") == {"tokens": 4, "backend": "aten"}
+    refused = run("onednn")
+    assert refused["error"] == "engine_dead"
+    assert "onednn cannot run" in refused["message"] and "AVX-512" in refused["message"]
+    assert "Traceback" not in refused["message"]

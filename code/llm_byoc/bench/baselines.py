@@ -142,7 +142,7 @@ def with_linear_backend(model: Any, backend: str, batch_hint: int | None = None)
     """``model`` with every ``nn.Linear`` running ``backend``'s kernel (in place; returned)."""
     from ..worker.linear import linear_factory, resolve_backend
 
-    make_linear = linear_factory(resolve_backend(backend, model.device, model.dtype), batch_hint)
+    make_linear = linear_factory(resolve_backend(backend, model.device, model.dtype).name, batch_hint)
     for module in list(model.modules()):
         for child_name, child in list(module.named_children()):
             if isinstance(child, torch.nn.Linear):

@@ -26,6 +26,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from .. import cpu
 from ..config import LINEAR_BACKENDS, EngineConfig
 from ..protocol import SamplingParams
 from .stats import distribution
@@ -141,7 +142,7 @@ def _run_baselines(args: argparse.Namespace, model_dir: str, prompts: list[str])
         sequential_generate(model, tokenizer, prompts, n, concurrency=c),
         static_batching(model, tokenizer, prompts, n, batch_size=c, concurrency=c),
     ]
-    backend = resolve_backend(args.linear_backend, model.device, model.dtype)
+    backend = resolve_backend(args.linear_backend, model.device, model.dtype).name
     if backend != "aten":  # informative: static batching on the engine's own kernels
         with_linear_backend(model, backend, batch_hint=c)
         static_batching(model, tokenizer, prompts[:1], 4)  # warm-up
@@ -187,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     baselines = [] if args.skip_baselines else _run_baselines(args, model_dir, prompts)
     print(f"{args.num_requests} requests, {args.concurrency} concurrent, {args.max_new_tokens} new tokens, "
           f"model {model_dir} ({args.dtype}, {args.linear_backend} linear, {args.threads or 'default'} threads)")
+    print(f"CPU: {cpu.describe_line()}")
     print(f"{'':<30} {'tok/s':>8}  {'TTFT ms p50/p99':<14} {'ITL ms p50/p99':<14} {'E2E ms p50/p99'}")
     print(_line("engine (continuous)", run.tokens_per_s, run.ttft_s, run.e2e_s, run.itl_s))
     for base in baselines:
@@ -199,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     if run.errors:
         print(f"{len(run.errors)} requests failed, e.g. {run.errors[0]}")
     if args.json:
-        document = {"args": vars(args), "engine": asdict(run), "baselines": [b.to_dict() for b in baselines]}
+        document = {"args": vars(args), "cpu": cpu.describe(), "engine": asdict(run), "baselines": [b.to_dict() for b in baselines]}
         Path(args.json).write_text(json.dumps(document, indent=2))
     return 1 if run.errors else 0
 

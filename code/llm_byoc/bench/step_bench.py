@@ -20,6 +20,7 @@ import time
 
 import torch
 
+from .. import cpu
 from ..config import LINEAR_BACKENDS, EngineConfig
 from ..protocol import NewSequence, SamplingParams, ScheduledChunk, StepBatch
 from ..worker.runner import ModelRunner
@@ -97,8 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     runner = ModelRunner.from_config(config)
     time_decode(runner, min(args.batch), args.context, 3, 0)  # warm-up
     report = {
-        "model": model, "threads": torch.get_num_threads(), "dtype": runner.info.dtype,
+        "model": model, "cpu": cpu.describe(), "threads": torch.get_num_threads(), "dtype": runner.info.dtype,
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""), "linear_backend": args.linear_backend,
+        "linear_backend_used": runner.info.linear_backend,
         "decode": {}, "prefill": {},
     }
     for batch in args.batch:
@@ -112,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(report))
         return 0
     print(f"{model} ({report['dtype']}, {report['threads']} threads, {args.linear_backend} linear)")
+    print(f"CPU: {cpu.describe_line()}")
     for batch, row in report["decode"].items():
         print(f"  decode batch {batch:>3}: {row['median_ms']:8.2f} ms/step  {row['tok_per_s']:8.1f} tok/s")
     for length, row in report["prefill"].items():

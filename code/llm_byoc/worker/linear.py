@@ -12,18 +12,28 @@ paths do. Measured on the 2-core dev VM (AVX-512, 2 threads, fp32):
     [16 x 576] @ [576 x 49152]   aten 19.5 ms   onednn 5.9 ms   (the LM head)
 
 Results agree with ``F.linear`` to float rounding (a different summation
-order), not bit for bit. ``auto`` picks onednn on CPU for float32/bfloat16
-when torch has it, aten everywhere else (CUDA has cuBLAS).
+order), not bit for bit.
+
+What each CPU gets (``auto``): oneDNN for float32 on any x86 CPU oneDNN
+supports (AVX2 and up); oneDNN for bfloat16 only where the CPU has the
+instructions oneDNN's bf16 path needs (AVX-512 BW/VL/DQ, or AVX-NE-CONVERT;
+AVX-512-BF16 and AMX make it fast), ``F.linear`` for bfloat16 elsewhere;
+``F.linear`` for float16 and on CUDA (cuBLAS). The check asks torch's oneDNN
+(which honours ``ONEDNN_MAX_CPU_ISA``) and then runs one tiny projection, so a
+CPU that cannot run a kernel is found at load, never inside a step.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 
 from ..config import LINEAR_BACKENDS as BACKENDS
+from ..cpu import describe_line
 
 _ONEDNN_DTYPES = (torch.float32, torch.bfloat16)
 
@@ -55,23 +65,61 @@ Linear = AtenLinear | OneDNNLinear
 MakeLinear = Callable[[torch.Tensor, "torch.Tensor | None"], Linear]
 
 
+def onednn_unsupported(device: torch.device, dtype: torch.dtype) -> str | None:
+    """Why the oneDNN kernels cannot run ``dtype`` on ``device`` here, or None when they can."""
+    dtype_name = str(dtype).removeprefix("torch.")
+    if device.type != "cpu":
+        return f"oneDNN's prepacked kernels run on the CPU, not {device.type}"
+    if dtype not in _ONEDNN_DTYPES:
+        return f"oneDNN's prepacked kernels take float32 or bfloat16 weights, not {dtype_name}"
+    if not torch.backends.mkldnn.is_available():
+        return "this torch build has no oneDNN"
+    if dtype == torch.bfloat16 and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return (
+            "oneDNN's bfloat16 path needs a CPU with AVX-512 (avx512bw, avx512vl, avx512dq) "
+            f"or AVX-NE-CONVERT, which this CPU ({describe_line()}) does not offer"
+        )
+    return _probe(dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _probe(dtype: torch.dtype) -> str | None:
+    """Run one tiny prepacked projection: a kernel oneDNN cannot build fails here, not mid-step."""
+    try:
+        weight = torch.ones(8, 8, dtype=dtype)
+        OneDNNLinear(weight, None, batch_hint=1)(torch.ones(1, 8, dtype=dtype))
+    except RuntimeError as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return f"oneDNN cannot run {str(dtype).removeprefix('torch.')} on this CPU ({describe_line()}): {first_line}"
+    return None
+
+
 def onednn_usable(device: torch.device, dtype: torch.dtype) -> bool:
-    return device.type == "cpu" and dtype in _ONEDNN_DTYPES and torch.backends.mkldnn.is_available()
+    return onednn_unsupported(device, dtype) is None
 
 
-def resolve_backend(requested: str, device: torch.device, dtype: torch.dtype) -> str:
-    """``auto`` -> the fastest kernel for this device and dtype; an explicit choice is checked."""
+class BackendChoice(NamedTuple):
+    name: str  # "onednn" or "aten"
+    reason: str  # for the load log
+
+
+def resolve_backend(requested: str, device: torch.device, dtype: torch.dtype) -> BackendChoice:
+    """``auto`` -> the fastest kernel this device, dtype and CPU can run.
+
+    An explicit ``onednn`` that cannot run raises ValueError naming what is missing.
+    """
     if requested not in BACKENDS:
         raise ValueError(f"linear backend must be one of {BACKENDS}, not {requested!r}")
-    usable = onednn_usable(device, dtype)
-    if requested == "onednn" and not usable:
-        raise ValueError(
-            f"the onednn linear backend needs a CPU with torch's oneDNN and float32/bfloat16 "
-            f"weights, not {device.type}/{str(dtype).removeprefix('torch.')}"
-        )
-    if requested == "auto":
-        return "onednn" if usable else "aten"
-    return requested
+    if requested == "aten":
+        return BackendChoice("aten", "asked for")
+    unsupported = onednn_unsupported(device, dtype)
+    if requested == "onednn":
+        if unsupported:
+            raise ValueError(f"LLM_BYOC_LINEAR_BACKEND=onednn cannot run: {unsupported}")
+        return BackendChoice("onednn", "asked for")
+    if unsupported is None:
+        return BackendChoice("onednn", "auto: oneDNN prepacked weights")
+    return BackendChoice("aten", f"auto: F.linear, because {unsupported}")
 
 
 def linear_factory(backend: str, batch_hint: int | None = None) -> MakeLinear:

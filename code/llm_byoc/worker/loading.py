@@ -63,9 +63,10 @@ def load_model(config: EngineConfig) -> LoadedModel:
     hf_model = load_causal_lm(folder, config.dtype, config.device, config.trust_remote_code)
     device, dtype = hf_model.device, hf_model.dtype
     try:
-        backend = resolve_backend(config.linear_backend, device, dtype)
+        backend, backend_reason = resolve_backend(config.linear_backend, device, dtype)
     except ValueError as exc:
         raise ModelLoadError(str(exc)) from None
+    log.info("linear kernels: %s (%s)", backend, backend_reason)
     with torch.no_grad():  # fused weights (torch.cat) must not keep the originals alive through autograd
         decoder = build_decoder(hf_model, max_len, linear_factory(backend, batch_hint=config.max_num_seqs))
     param_bytes = sum(p.numel() * p.element_size() for p in hf_model.parameters())
@@ -83,6 +84,7 @@ def load_model(config: EngineConfig) -> LoadedModel:
         load_time_s=round(time.monotonic() - started, 3),
         param_bytes=param_bytes,
         kv_cache_bytes=_kv_bytes(decoder, config.max_num_seqs, max_len, dtype),
+        linear_backend=backend,
     )
     log.info("loaded %s (%s, %s on %s, %s linear kernels) in %.1f s",
              folder, info.model_type, info.dtype, device, backend, info.load_time_s)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from .. import protocol
 from ..config import EngineConfig
+from ..cpu import default_num_threads, describe_line
 from ..errors import InsufficientMemory, ServingError
 from ..protocol import Shutdown, StepBatch, WorkerFailure, WorkerReady
 
@@ -75,8 +76,8 @@ def run_worker(conn, config: EngineConfig) -> None:
 
     from .runner import ModelRunner
 
-    if config.num_threads:
-        torch.set_num_threads(config.num_threads)
+    torch.set_num_threads(default_num_threads(config.num_threads))
+    log.info("%d torch threads on %s", torch.get_num_threads(), describe_line())
     try:
         runner = ModelRunner.from_config(config)
     except Exception as exc:  # noqa: BLE001 - every load failure is reported, then we exit

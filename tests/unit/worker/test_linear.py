@@ -1,15 +1,39 @@
-"""Projection kernels: oneDNN prepacked weights agree with F.linear; the backend choice."""
+"""Projection kernels: oneDNN prepacked weights agree with F.linear; the backend choice.
+
+Tests that need a CPU feature skip, with the reason, where the CPU lacks it;
+the path that runs there instead (F.linear) is tested on every CPU, and an
+AVX2-only CPU is emulated on any x86 machine with ``ONEDNN_MAX_CPU_ISA=AVX2``
+in a child process (torch's oneDNN honours it when deciding what it can run).
+"""
 
 from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from llm_byoc.worker.linear import AtenLinear, OneDNNLinear, linear_factory, onednn_usable, resolve_backend
+from llm_byoc.worker import linear
+from llm_byoc.worker.linear import (
+    AtenLinear,
+    OneDNNLinear,
+    linear_factory,
+    onednn_unsupported,
+    onednn_usable,
+    resolve_backend,
+)
 
 CPU = torch.device("cpu")
-needs_onednn = pytest.mark.skipif(not onednn_usable(CPU, torch.float32), reason="torch built without oneDNN")
+needs_onednn = pytest.mark.skipif(
+    not onednn_usable(CPU, torch.float32), reason=f"oneDNN float32: {onednn_unsupported(CPU, torch.float32)}"
+)
+needs_onednn_bf16 = pytest.mark.skipif(
+    not onednn_usable(CPU, torch.bfloat16), reason=f"oneDNN bfloat16: {onednn_unsupported(CPU, torch.bfloat16)}"
+)
 
 
 @needs_onednn
@@ -24,7 +48,7 @@ def test_onednn_matches_f_linear_in_float32(rows, with_bias):
     torch.testing.assert_close(y, F.linear(x, weight, bias), rtol=1e-5, atol=1e-4)
 
 
-@needs_onednn
+@needs_onednn_bf16
 def test_onednn_in_bfloat16_stays_close():
     torch.manual_seed(0)
     weight, x = torch.randn(64, 32).bfloat16(), torch.randn(8, 32).bfloat16()
@@ -62,20 +86,83 @@ def test_aten_is_f_linear_exactly():
     ],
 )
 def test_backend_choice(requested, device, dtype, expected):
-    assert resolve_backend(requested, torch.device(device), dtype) == expected
+    assert resolve_backend(requested, torch.device(device), dtype).name == expected
 
 
 @needs_onednn
-def test_auto_picks_onednn_on_cpu_for_float32_and_bfloat16():
-    assert resolve_backend("auto", CPU, torch.float32) == "onednn"
-    assert resolve_backend("auto", CPU, torch.bfloat16) == "onednn"
+def test_auto_picks_onednn_on_cpu_for_float32():
+    assert resolve_backend("auto", CPU, torch.float32).name == "onednn"
     assert isinstance(linear_factory("onednn", 16)(torch.randn(4, 4), None), OneDNNLinear)
 
 
-@pytest.mark.parametrize("device, dtype", [("cuda", torch.float16), ("cpu", torch.float16)])
-def test_onednn_where_it_cannot_run_is_refused(device, dtype):
-    with pytest.raises(ValueError, match="onednn linear backend needs a CPU"):
+def test_auto_in_bfloat16_follows_what_the_cpu_can_run():
+    """AVX-512 (or AVX-NE-CONVERT) CPUs get oneDNN in bf16; the others F.linear, with the reason."""
+    choice = resolve_backend("auto", CPU, torch.bfloat16)
+    if onednn_usable(CPU, torch.bfloat16):
+        assert choice.name == "onednn"
+    else:
+        assert choice.name == "aten" and "AVX-512" in choice.reason
+
+
+def test_a_cpu_without_the_bf16_instructions_gets_f_linear(monkeypatch):
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
+    choice = resolve_backend("auto", CPU, torch.bfloat16)
+    assert choice.name == "aten"
+    assert "avx512bw, avx512vl, avx512dq" in choice.reason and "AVX-NE-CONVERT" in choice.reason
+    with pytest.raises(ValueError, match="LLM_BYOC_LINEAR_BACKEND=onednn cannot run: .*AVX-512"):
+        resolve_backend("onednn", CPU, torch.bfloat16)
+    assert resolve_backend("auto", CPU, torch.float32).name == ("onednn" if onednn_usable(CPU, torch.float32) else "aten")
+
+
+def test_a_kernel_that_fails_its_probe_is_not_chosen(monkeypatch):
+    """Whatever the flags say, a kernel that cannot run one tiny projection is never used."""
+    linear._probe.cache_clear()
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("could not create a primitive descriptor\nmore detail")
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", broken)
+    try:
+        choice = resolve_backend("auto", CPU, torch.float32)
+        assert choice.name == "aten" and "could not create a primitive descriptor" in choice.reason
+        assert "more detail" not in choice.reason
+    finally:
+        linear._probe.cache_clear()
+
+
+@pytest.mark.parametrize("device, dtype, missing", [
+    ("cuda", torch.float16, "run on the CPU"),
+    ("cpu", torch.float16, "float32 or bfloat16"),
+])
+def test_onednn_where_it_cannot_run_is_refused(device, dtype, missing):
+    with pytest.raises(ValueError, match=missing):
         resolve_backend("onednn", torch.device(device), dtype)
+
+
+_AVX2_CHILD = """
+import json, torch
+from llm_byoc.worker.linear import resolve_backend
+cpu = torch.device("cpu")
+out = {"bf16": list(resolve_backend("auto", cpu, torch.bfloat16)), "fp32": list(resolve_backend("auto", cpu, torch.float32))}
+try:
+    resolve_backend("onednn", cpu, torch.bfloat16)
+    out["explicit"] = "accepted"
+except ValueError as exc:
+    out["explicit"] = str(exc)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch build has no oneDNN")
+def test_an_avx2_only_cpu_as_onednn_sees_it():
+    """ONEDNN_MAX_CPU_ISA=AVX2 makes any x86 CPU look like an AVX2 laptop to oneDNN."""
+    env = dict(os.environ, ONEDNN_MAX_CPU_ISA="AVX2")
+    child = subprocess.run([sys.executable, "-c", _AVX2_CHILD], env=env, capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0, child.stderr
+    out = json.loads(child.stdout.strip().splitlines()[-1])
+    assert out["bf16"][0] == "aten" and "AVX-512" in out["bf16"][1]
+    assert out["fp32"][0] == "onednn"  # oneDNN's fp32 kernels run on AVX2
+    assert out["explicit"].startswith("LLM_BYOC_LINEAR_BACKEND=onednn cannot run")
 
 
 def test_unknown_backend_is_refused():

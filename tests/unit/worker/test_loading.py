@@ -132,7 +132,17 @@ def test_auto_uses_onednn_on_cpu(tiny_llama_dir):
 
 def test_onednn_with_float16_weights_is_a_load_error(tiny_llama_dir):
     config = EngineConfig(model=str(tiny_llama_dir), device="cpu", dtype="float16", linear_backend="onednn")
-    with pytest.raises(ModelLoadError, match="onednn linear backend needs a CPU"):
+    with pytest.raises(ModelLoadError, match="onednn cannot run: .*float32 or bfloat16"):
+        load_model(config)
+
+
+def test_bfloat16_on_a_cpu_without_bf16_instructions_loads_with_f_linear(tiny_llama_dir, monkeypatch):
+    """An AVX2-only CPU: auto falls back to F.linear; an explicit onednn is a clear load error."""
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
+    loaded = load_model(EngineConfig(model=str(tiny_llama_dir), device="cpu", dtype="bfloat16"))
+    assert isinstance(loaded.decoder.layers[0].qkv, AtenLinear) and loaded.info.linear_backend == "aten"
+    config = EngineConfig(model=str(tiny_llama_dir), device="cpu", dtype="bfloat16", linear_backend="onednn")
+    with pytest.raises(ModelLoadError, match="AVX-512"):
         load_model(config)
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ...cpu import default_num_threads
 from ...errors import InvalidRequest, ModelLoadError, UnsupportedMediaType
 from ..messages import Invocation, Reply
 from ..store import ModelSpec
@@ -97,9 +98,8 @@ class ImageClassificationHandler:
                 raise ModelLoadError(f"{spec.name!r}: no .onnx file")
             model_file = candidates[0]
         session_options = onnxruntime.SessionOptions()
-        if num_threads > 0:
-            session_options.intra_op_num_threads = num_threads
-            session_options.inter_op_num_threads = 1
+        session_options.intra_op_num_threads = default_num_threads(num_threads)  # not the host's core count
+        session_options.inter_op_num_threads = 1
         try:
             self.session = onnxruntime.InferenceSession(
                 str(model_file), session_options, providers=["CPUExecutionProvider"]

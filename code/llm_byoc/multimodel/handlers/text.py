@@ -13,6 +13,7 @@ import json
 import logging
 from pathlib import Path
 
+from ...cpu import default_num_threads
 from ...errors import ModelLoadError
 from ..messages import Invocation, Reply
 from ..store import ModelSpec
@@ -33,8 +34,7 @@ def _load(spec: ModelSpec, model_class_name: str, num_threads: int):
     import transformers
 
     transformers.utils.logging.disable_progress_bar()
-    if num_threads > 0:
-        torch.set_num_threads(num_threads)
+    torch.set_num_threads(default_num_threads(num_threads))
     folder = Path(spec.path)
     _require_safetensors(folder)
     model_class = getattr(transformers, model_class_name)
