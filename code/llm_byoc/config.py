@@ -10,6 +10,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from .memory import container_memory
+
 # --- environment variable names (the one place they are spelled) ----------
 # SageMaker hosting contract
 ENV_BIND_PORT = "SAGEMAKER_BIND_TO_PORT"
@@ -30,6 +32,10 @@ ENV_NUM_THREADS = "LLM_BYOC_NUM_THREADS"
 ENV_LINEAR_BACKEND = "LLM_BYOC_LINEAR_BACKEND"
 ENV_STEP_TIMEOUT = "LLM_BYOC_STEP_TIMEOUT"
 ENV_TRUST_REMOTE_CODE = "LLM_BYOC_TRUST_REMOTE_CODE"
+ENV_KV_CACHE_MEMORY = "LLM_BYOC_KV_CACHE_MEMORY"
+ENV_GPU_MEMORY_UTILIZATION = "LLM_BYOC_GPU_MEMORY_UTILIZATION"
+ENV_KV_BLOCK_SIZE = "LLM_BYOC_KV_BLOCK_SIZE"
+ENV_PREFIX_CACHING = "LLM_BYOC_PREFIX_CACHING"
 # Server
 ENV_HTTP_THREADS = "LLM_BYOC_HTTP_THREADS"
 ENV_ENGINE_SOCKET = "LLM_BYOC_ENGINE_SOCKET"
@@ -59,6 +65,16 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise ConfigError(f"{name}={raw!r} is not an integer") from None
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number") from None
 
 
 def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -94,6 +110,10 @@ class EngineConfig:
     linear_backend: str = "auto"  # auto: oneDNN prepacked weights on CPU (fp32/bf16), else F.linear
     step_timeout_s: int = 300  # a worker that does not finish one step in this long is hung: stop it; 0 = never
     trust_remote_code: bool = False
+    kv_cache_memory: str = "auto"  # CPU: bytes ("2GiB") or a fraction of the container's memory; see worker/kv_sizing.py
+    gpu_memory_utilization: float = 0.90  # CUDA: the share of the GPU's memory weights + activations + KV may use
+    kv_block_size: int = 16  # tokens per KV cache block
+    enable_prefix_caching: bool = True
 
     def __post_init__(self) -> None:
         _require(bool(self.model), f"{ENV_MODEL} must name a model source")
@@ -113,6 +133,13 @@ class EngineConfig:
             self.linear_backend in LINEAR_BACKENDS,
             f"{ENV_LINEAR_BACKEND} must be one of {LINEAR_BACKENDS}, not {self.linear_backend!r}",
         )
+        _require(
+            0 < self.gpu_memory_utilization <= 1,
+            f"{ENV_GPU_MEMORY_UTILIZATION} must be in (0, 1], not {self.gpu_memory_utilization}",
+        )
+        _require(1 <= self.kv_block_size <= 1024, f"{ENV_KV_BLOCK_SIZE} must be from 1 to 1024")
+        if self.kv_cache_memory != "auto":
+            parse_memory_size(self.kv_cache_memory, 1, ENV_KV_CACHE_MEMORY)  # the form is checked here
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "EngineConfig":
@@ -131,6 +158,10 @@ class EngineConfig:
             linear_backend=env.get(ENV_LINEAR_BACKEND, "auto") or "auto",
             step_timeout_s=_int(env, ENV_STEP_TIMEOUT, 300),
             trust_remote_code=_bool(env, ENV_TRUST_REMOTE_CODE, False),
+            kv_cache_memory=(env.get(ENV_KV_CACHE_MEMORY) or "auto").strip(),
+            gpu_memory_utilization=_float(env, ENV_GPU_MEMORY_UTILIZATION, 0.90),
+            kv_block_size=_int(env, ENV_KV_BLOCK_SIZE, 16),
+            enable_prefix_caching=_bool(env, ENV_PREFIX_CACHING, True),
         )
 
 
@@ -173,8 +204,8 @@ class ServerConfig:
         )
 
 
-def parse_memory_budget(raw: str, total_bytes: int) -> int:
-    """'4GiB', '512MB', '2000000000' (bytes) or '0.6' (a fraction of RAM)."""
+def parse_memory_size(raw: str, total_bytes: int, name: str = ENV_MEMORY_BUDGET) -> int:
+    """'4GiB', '512MB', '2000000000' (bytes) or '0.6' (a fraction of ``total_bytes``)."""
     text = raw.strip()
     units = {"kib": 1024, "mib": 1024**2, "gib": 1024**3, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "b": 1}
     lowered = text.lower()
@@ -182,25 +213,33 @@ def parse_memory_budget(raw: str, total_bytes: int) -> int:
         if lowered.endswith(suffix):
             number = lowered[: -len(suffix)].strip()
             try:
-                return int(float(number) * factor)
+                value = int(float(number) * factor)
             except ValueError:
-                raise ConfigError(f"{ENV_MEMORY_BUDGET}={raw!r} is not a size") from None
+                raise ConfigError(f"{name}={raw!r} is not a size") from None
+            if value <= 0:
+                raise ConfigError(f"{name}={raw!r} must be positive")
+            return value
     try:
         value = float(lowered)
     except ValueError:
-        raise ConfigError(f"{ENV_MEMORY_BUDGET}={raw!r} is not a size or a fraction") from None
+        raise ConfigError(f"{name}={raw!r} is not a size or a fraction") from None
     if 0 < value <= 1:
         return int(value * total_bytes)
     if value > 1:
         return int(value)
-    raise ConfigError(f"{ENV_MEMORY_BUDGET}={raw!r} must be positive")
+    raise ConfigError(f"{name}={raw!r} must be positive")
 
 
-def _total_memory_bytes() -> int:
+def is_fraction(raw: str) -> bool:
+    """True for a memory setting given as a share ('0.2'), not a size."""
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 8 * 1024**3
+        return 0 < float(raw.strip()) <= 1
+    except ValueError:
+        return False
+
+
+def parse_memory_budget(raw: str, total_bytes: int) -> int:
+    return parse_memory_size(raw, total_bytes, ENV_MEMORY_BUDGET)
 
 
 @dataclass(frozen=True)
@@ -217,7 +256,8 @@ class MultiModelConfig:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "MultiModelConfig":
         env = os.environ if env is None else env
-        budget = parse_memory_budget(env.get(ENV_MEMORY_BUDGET) or "0.6", _total_memory_bytes())
+        # a share of the container's limit, not of the host
+        budget = parse_memory_budget(env.get(ENV_MEMORY_BUDGET) or "0.6", container_memory())
         return cls(
             model_root=env.get(ENV_MODEL_ROOT) or DEFAULT_MODEL_ROOT,
             memory_budget_bytes=budget,

@@ -70,7 +70,12 @@ class ServingMetrics:
         self.prompt_tokens = Counter(f"{PREFIX}_prompt_tokens", "Prompt tokens processed", registry=r)
         self.waiting = Gauge(f"{PREFIX}_num_requests_waiting", "Sequences queued, not yet running", registry=r, multiprocess_mode="mostrecent")
         self.running = Gauge(f"{PREFIX}_num_requests_running", "Sequences in the running batch", registry=r, multiprocess_mode="mostrecent")
-        self.kv_cache = Gauge(f"{PREFIX}_kv_cache_usage_ratio", "Fraction of KV cache slots in use (0..1)", registry=r, multiprocess_mode="mostrecent")
+        self.kv_cache = Gauge(f"{PREFIX}_kv_cache_usage_ratio", "Tokens held in the KV cache over the tokens it holds (0..1)", registry=r, multiprocess_mode="mostrecent")
+        self.kv_blocks = Gauge(f"{PREFIX}_kv_cache_blocks", "KV cache blocks: total, used by running sequences, cached prefixes", ["state"], registry=r, multiprocess_mode="mostrecent")
+        # The engine keeps these counts; the front end copies them (so several HTTP workers never add them up twice).
+        self.prefix_queried = Gauge(f"{PREFIX}_prefix_cache_queried_tokens", "Prompt tokens looked up in the prefix cache since start", registry=r, multiprocess_mode="mostrecent")
+        self.prefix_hits = Gauge(f"{PREFIX}_prefix_cache_hit_tokens", "Prompt tokens served from the prefix cache since start", registry=r, multiprocess_mode="mostrecent")
+        self.preemptions = Gauge(f"{PREFIX}_num_preemptions", "Sequences preempted (KV cache full) since start", registry=r, multiprocess_mode="mostrecent")
         self.model_load = Histogram(f"{PREFIX}_model_load_seconds", "Model load time", ["model"], buckets=LOAD_BUCKETS, registry=r)
         self.cache_hits = Counter(f"{PREFIX}_model_cache_hits", "Multi-model: requests for a model already loaded", registry=r)
         self.cache_misses = Counter(f"{PREFIX}_model_cache_misses", "Multi-model: requests that had to load their model", registry=r)
@@ -219,9 +224,9 @@ def mark_process_dead(pid: int) -> None:
 def engine_refresher(engine, metrics: ServingMetrics | None = None) -> Callable[[], None]:
     """A ``refresh`` for ``register_metrics_route`` that reads ``engine.health()``.
 
-    Sets the queue gauges, the KV cache use (running sequences over KV cache
-    slots: the worker gives each running sequence one slot) and, once the
-    model is loaded, observes its load time once per process.
+    Sets the queue gauges, the KV cache's use (by tokens) and blocks, the
+    prefix cache's counts and, once the model is loaded, observes its load
+    time once per process.
     """
     load_seen = threading.Event()
 
@@ -230,11 +235,17 @@ def engine_refresher(engine, metrics: ServingMetrics | None = None) -> Callable[
         health = engine.health()
         m.waiting.set(health.num_waiting)
         m.running.set(health.num_running)
+        kv = health.kv_cache
+        if kv is not None:
+            m.kv_cache.set(min(1.0, kv.usage))
+            for state, count in (("total", kv.blocks_total), ("used", kv.blocks_used), ("cached", kv.blocks_cached)):
+                m.kv_blocks.labels(state=state).set(count)
+            m.prefix_queried.set(kv.prefix_queried_tokens)
+            m.prefix_hits.set(kv.prefix_hit_tokens)
+            m.preemptions.set(kv.preemptions)
         info = health.info
         if info is None:
             return
-        if info.num_slots:
-            m.kv_cache.set(min(1.0, health.num_running / info.num_slots))
         if not load_seen.is_set():
             load_seen.set()
             name = os.path.basename(info.model_path.rstrip("/")) or info.model_path

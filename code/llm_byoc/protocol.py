@@ -94,7 +94,7 @@ class SamplingParams:
 
 @dataclass(frozen=True)
 class ModelInfo:
-    """What the worker tells the engine once the model is loaded."""
+    """What the worker tells the engine once the model is loaded and its KV cache allocated."""
 
     model_type: str  # "llama", "opt", ...
     model_path: str  # resolved local folder or .gguf file: the front end loads its tokenizer from here
@@ -103,11 +103,22 @@ class ModelInfo:
     eos_token_ids: list[int]
     device: str
     dtype: str
-    num_slots: int  # sequences whose KV cache fits at once
+    max_num_seqs: int  # sequences in one batch
     load_time_s: float
     param_bytes: int = 0
-    kv_cache_bytes: int = 0
+    kv_block_size: int = 16  # tokens per KV cache block
+    num_kv_blocks: int = 0  # blocks in the pool, the null block (id 0) included
+    kv_bytes_per_token: int = 0  # keys + values of one token, all layers
     linear_backend: str = ""  # the projection kernels the worker chose (worker/linear.py)
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        return self.num_kv_blocks * self.kv_block_size * self.kv_bytes_per_token
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        """Tokens the pool holds for sequences (block 0 is never given out)."""
+        return max(0, self.num_kv_blocks - 1) * self.kv_block_size
 
 
 @dataclass(frozen=True)
@@ -124,13 +135,17 @@ class ScheduledChunk:
 
     A prefill chunk carries several prompt tokens; a decode carries the one
     token sampled last step. ``sample`` is true when this chunk reaches the end
-    of what is known, so the worker samples the next token.
+    of what is known, so the worker samples the next token. ``block_ids`` are
+    the KV cache blocks appended to the sequence's block table for this chunk
+    (at its first chunk: its whole table so far, cached prefix blocks first);
+    the worker keeps the table, so later chunks send only new blocks.
     """
 
     seq_id: str
     token_ids: list[int]
     start_pos: int
     sample: bool
+    block_ids: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -138,7 +153,8 @@ class StepBatch:
     step_id: int
     new: list[NewSequence] = field(default_factory=list)
     chunks: list[ScheduledChunk] = field(default_factory=list)
-    freed: list[str] = field(default_factory=list)  # drop these sequences' KV cache first
+    freed: list[str] = field(default_factory=list)  # finished: drop these sequences' state first
+    preempted: list[str] = field(default_factory=list)  # drop their block tables, keep their sampling state
 
 
 @dataclass(frozen=True)
@@ -198,6 +214,7 @@ class SequenceUpdate:
     logprobs: list[float] | None = None
     finish_reason: FinishReason | None = None
     num_prompt_tokens: int = 0
+    num_cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
 
 
 @dataclass(frozen=True)
@@ -221,12 +238,33 @@ class HealthRequest:
 
 
 @dataclass(frozen=True)
+class KVCacheStats:
+    """The KV cache as the engine's block manager sees it (counters are since start-up)."""
+
+    block_size: int
+    blocks_total: int  # blocks sequences can hold (the null block not counted)
+    blocks_used: int  # held by running sequences
+    blocks_cached: int  # holding a reusable prefix (used or not)
+    tokens_used: int  # tokens held by running sequences (a shared block counts once)
+    prefix_queried_tokens: int = 0
+    prefix_hit_tokens: int = 0
+    preemptions: int = 0
+
+    @property
+    def usage(self) -> float:
+        """Tokens held over tokens the cache can hold."""
+        capacity = self.blocks_total * self.block_size
+        return self.tokens_used / capacity if capacity else 0.0
+
+
+@dataclass(frozen=True)
 class HealthReport:
     state: EngineState
     detail: str = ""
     info: ModelInfo | None = None
     num_waiting: int = 0
     num_running: int = 0
+    kv_cache: KVCacheStats | None = None
 
 
 # --- codec ----------------------------------------------------------------------
@@ -254,6 +292,7 @@ _CODEC = MessageCodec(
         SequenceRejected,
         EngineOutputs,
         HealthRequest,
+        KVCacheStats,
         HealthReport,
     ),
     enums=(FinishReason, EngineState),

@@ -170,3 +170,20 @@ def test_bfloat16_on_an_avx2_only_cpu(tiny_llama_dir):
     assert refused["error"] == "engine_dead"
     assert "onednn cannot run" in refused["message"] and "AVX-512" in refused["message"]
     assert "Traceback" not in refused["message"]
+
+
+def test_a_tiny_kv_cache_preempts_and_every_output_still_matches_generate(tiny_llama_dir):
+    """Six blocks of 16 tokens for four sequences of up to 85 tokens: the newest are preempted (paused,
+    recomputed), none fails, and each output is still exactly generate's; the engine's health
+    (what /ping and /metrics report) says what happened."""
+    engine = start(tiny_llama_dir, kv_cache_memory="48KiB", max_model_len=96)
+    try:
+        info = engine.health().info
+        assert info.num_kv_blocks == 7 and info.kv_capacity_tokens == 96
+        results = engine.generate(PROMPTS, SamplingParams(max_new_tokens=40), timeout_s=120)
+        stats = engine.health().kv_cache
+    finally:
+        engine.shutdown()
+    assert [r.token_ids for r in results] == reference(tiny_llama_dir, PROMPTS, [40] * len(PROMPTS))
+    assert stats.preemptions > 0 and stats.blocks_total == 6
+    assert stats.blocks_used == 0 and stats.tokens_used == 0  # everything finished

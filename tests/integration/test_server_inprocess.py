@@ -121,3 +121,23 @@ def test_chat_plain_and_streamed(chat_client):
     streamed = "".join(e["choices"][0]["delta"].get("content", "") for e in events[:-1])
     assert streamed == plain["choices"][0]["message"]["content"]
     assert events[-2]["choices"][0]["finish_reason"] == plain["choices"][0]["finish_reason"]
+
+
+def test_a_repeated_document_is_served_from_the_prefix_cache(client):
+    """The second request with the same long prefix reports its cached prompt tokens in TGI details
+    and OpenAI usage; /ping and /metrics count them."""
+    document = "The archive holds letters, maps and ledgers from the old harbour office. " * 3
+    first = client.post("/invocations", json={"inputs": document + "Question one?",
+                                              "parameters": {"max_new_tokens": 2, "details": True}}).get_json()
+    second = client.post("/invocations", json={"inputs": document + "Question two?",
+                                               "parameters": {"max_new_tokens": 2, "details": True}}).get_json()
+    assert first[0]["details"]["cached_tokens"] == 0
+    cached = second[0]["details"]["cached_tokens"]
+    assert cached >= 32 and cached % 16 == 0 and cached < second[0]["details"]["input_length"]
+    chat = client.post("/invocations", json={"prompt": document + "Question three?", "max_tokens": 2}).get_json()
+    assert chat["usage"]["prompt_tokens_details"]["cached_tokens"] >= 32
+    kv = client.get("/ping").get_json()["kv_cache"]
+    assert kv["prefix_hit_tokens"] >= 64 and kv["blocks_cached"] >= 2 and kv["blocks_total"] > kv["blocks_used"]
+    metrics = client.get("/metrics").get_data(as_text=True)
+    hits = next(line for line in metrics.splitlines() if line.startswith("llm_byoc_prefix_cache_hit_tokens "))
+    assert float(hits.split()[1]) >= 64

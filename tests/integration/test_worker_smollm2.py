@@ -1,4 +1,6 @@
-"""SmolLM2-135M: continuously batched greedy output equals HF generate per prompt."""
+"""SmolLM2-135M: continuously batched greedy output equals HF generate per prompt, with prefix
+caching on and off and with preemption forced by a tiny KV cache (the chat prompts share the
+chat template's system prompt, so later questions find it cached)."""
 
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ QUESTIONS = [
 ]
 
 
-def test_mixed_batch_matches_generate(smollm2_dir):
+@pytest.fixture(scope="module")
+def requests_and_expected(smollm2_dir):
     torch.set_num_threads(2)
     tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
     texts = [
@@ -36,14 +39,35 @@ def test_mixed_batch_matches_generate(smollm2_dir):
         Request(f"q{i}", p, SamplingParams(max_new_tokens=n), arrive_step=2 * i)
         for i, (p, n) in enumerate(zip(prompts, new_tokens))
     ]
-    runner = ModelRunner.from_config(EngineConfig(model=str(smollm2_dir), max_num_seqs=4))
-    result = drive(runner, requests, num_slots=4, token_budget=32, eos_token_ids=tuple(runner.info.eos_token_ids))
-    assert result.max_running == 4 and result.max_chunks_with_prefill >= 1
     model = AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32).eval()
+    expected = {}
     for request in requests:
         ids = torch.tensor([request.prompt])
         with torch.no_grad():
             out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
                                  max_new_tokens=request.params.max_new_tokens)
-        expected = out[0, ids.shape[1]:].tolist()
-        assert result.outputs[request.seq_id] == expected, (request.seq_id, tokenizer.decode(expected))
+        expected[request.seq_id] = out[0, ids.shape[1]:].tolist()
+    return requests, expected
+
+
+@pytest.fixture(scope="module")
+def runner(smollm2_dir):
+    return ModelRunner.from_config(EngineConfig(model=str(smollm2_dir), max_num_seqs=4, kv_cache_memory="256MiB"))
+
+
+@pytest.mark.parametrize("case", ["prefix caching", "no prefix caching", "preemption"])
+def test_mixed_batch_matches_generate(runner, requests_and_expected, case):
+    requests, expected = requests_and_expected
+    # 7 blocks of 16 tokens: four 50-80-token chats (two blocks of system prompt shared) cannot all grow at once
+    pool = {"preemption": 8}.get(case)
+    result = drive(runner, requests, num_slots=4, token_budget=32, eos_token_ids=tuple(runner.info.eos_token_ids),
+                   prefix_caching=case != "no prefix caching", num_blocks=pool)
+    assert result.max_running >= 3 and result.max_chunks_with_prefill >= 1
+    assert result.outputs == expected
+    cached = sum(result.cached_tokens.values())
+    if case == "prefix caching":
+        assert cached >= 5 * 16  # the shared system prompt: at least a block for every later question
+    if case == "no prefix caching":
+        assert cached == 0
+    if case == "preemption":
+        assert result.preemptions > 0

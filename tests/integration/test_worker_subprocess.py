@@ -42,7 +42,7 @@ def test_ready_step_bad_message_shutdown(tiny_llama_dir):
     try:
         ready = _recv(conn)
         assert isinstance(ready, WorkerReady) and ready.info.model_type == "llama"
-        batch = StepBatch(0, [NewSequence("a", SamplingParams())], [ScheduledChunk("a", [5, 6, 7], 0, True)])
+        batch = StepBatch(0, [NewSequence("a", SamplingParams())], [ScheduledChunk("a", [5, 6, 7], 0, True, [1])])
         conn.send_bytes(protocol.encode(batch))
         out = _recv(conn)
         assert isinstance(out, StepOutput) and [s.seq_id for s in out.samples] == ["a"]

@@ -228,11 +228,15 @@ def test_request_timer_for_a_non_streamed_result():
 
 
 def test_engine_refresher_copies_health_into_gauges_and_the_load_time_once():
-    from llm_byoc.protocol import EngineState, HealthReport, ModelInfo
+    from llm_byoc.protocol import EngineState, HealthReport, KVCacheStats, ModelInfo
 
-    info = ModelInfo("llama", "/opt/ml/model/smollm2/", 49152, 4096, [2], "cpu", "float32", num_slots=16, load_time_s=1.25)
-    reports = iter([HealthReport(EngineState.LOADING), HealthReport(EngineState.READY, info=info, num_waiting=5, num_running=12),
-                    HealthReport(EngineState.READY, info=info, num_waiting=0, num_running=4)])
+    info = ModelInfo("llama", "/opt/ml/model/smollm2/", 49152, 4096, [2], "cpu", "float32", max_num_seqs=16, load_time_s=1.25)
+    busy = KVCacheStats(block_size=16, blocks_total=100, blocks_used=80, blocks_cached=30, tokens_used=1200,
+                        prefix_queried_tokens=5000, prefix_hit_tokens=2000, preemptions=3)
+    quiet = KVCacheStats(16, 100, 26, 40, 400, 6000, 2600, 3)
+    reports = iter([HealthReport(EngineState.LOADING),
+                    HealthReport(EngineState.READY, info=info, num_waiting=5, num_running=12, kv_cache=busy),
+                    HealthReport(EngineState.READY, info=info, num_waiting=0, num_running=4, kv_cache=quiet)])
 
     class Engine:
         def health(self):
@@ -245,9 +249,13 @@ def test_engine_refresher_copies_health_into_gauges_and_the_load_time_once():
     refresh()
     s = rendered(m)
     assert s[("llm_byoc_num_requests_waiting", ())] == 5 and s[("llm_byoc_num_requests_running", ())] == 12
-    assert s[("llm_byoc_kv_cache_usage_ratio", ())] == 0.75
+    assert s[("llm_byoc_kv_cache_usage_ratio", ())] == 0.75  # by tokens: 1200 of 1600
+    assert s[("llm_byoc_kv_cache_blocks", (("state", "used"),))] == 80
+    assert s[("llm_byoc_prefix_cache_hit_tokens", ())] == 2000 and s[("llm_byoc_num_preemptions", ())] == 3
     refresh()
     s = rendered(m)
     assert s[("llm_byoc_kv_cache_usage_ratio", ())] == 0.25
+    assert s[("llm_byoc_kv_cache_blocks", (("state", "cached"),))] == 40
+    assert s[("llm_byoc_prefix_cache_queried_tokens", ())] == 6000
     assert s[("llm_byoc_model_load_seconds_count", (("model", "smollm2"),))] == 1
     assert s[("llm_byoc_model_load_seconds_sum", (("model", "smollm2"),))] == 1.25

@@ -6,6 +6,7 @@ from llm_byoc.protocol import (
     EngineState,
     FinishReason,
     HealthReport,
+    KVCacheStats,
     ModelInfo,
     NewSequence,
     ProtocolError,
@@ -22,15 +23,16 @@ def test_messages_round_trip_with_nested_dataclasses_and_enums():
     batch = StepBatch(
         3,
         [NewSequence("a", SamplingParams(stop=["x"], seed=7))],
-        [ScheduledChunk("a", [1, 2], 0, True)],
+        [ScheduledChunk("a", [1, 2], 0, True, [4, 1])],
         ["b"],
+        ["c"],
     )
     assert decode(encode(batch)) == batch
     info = ModelInfo(
         model_type="llama", model_path="/m", vocab_size=10, max_model_len=20, eos_token_ids=[2],
-        device="cpu", dtype="float32", num_slots=4, load_time_s=1.0,
+        device="cpu", dtype="float32", max_num_seqs=4, load_time_s=1.0,
     )
-    report = HealthReport(EngineState.READY, info=info, num_waiting=1)
+    report = HealthReport(EngineState.READY, info=info, num_waiting=1, kv_cache=KVCacheStats(16, 10, 2, 1, 20))
     assert decode(encode(report)) == report
     outputs = EngineOutputs([SequenceUpdate("a", [1], None, FinishReason.STOP, 3)])
     assert decode(encode(outputs)).updates[0].finish_reason is FinishReason.STOP

@@ -23,7 +23,7 @@ from ..config import MultiModelConfig, ServerConfig
 from ..errors import EngineDead, EngineNotReady, PayloadTooLarge
 from ..logging_setup import context_from_headers, reset_request_context, set_request_context
 from ..metrics import engine_refresher, register_metrics_route
-from ..protocol import EngineState, ModelInfo
+from ..protocol import EngineState, KVCacheStats, ModelInfo
 from .body import read_json
 from .errors import error_response, register_error_handlers
 from .request_log import RequestLog
@@ -47,7 +47,9 @@ def create_app(engine: Any, config: ServerConfig) -> Flask:
         except Exception as exc:  # an engine we cannot even ask is as good as dead
             return error_response(503, f"engine health check failed: {exc}", EngineDead.error_type)
         if report.state is EngineState.READY:
-            return jsonify(status="ready", num_waiting=report.num_waiting, num_running=report.num_running)
+            kv = report.kv_cache
+            return jsonify(status="ready", num_waiting=report.num_waiting, num_running=report.num_running,
+                           kv_cache=None if kv is None else kv_cache_json(kv))
         error_type = EngineDead.error_type if report.state is EngineState.DEAD else EngineNotReady.error_type
         return error_response(503, report.detail or f"the engine is {report.state.value}", error_type)
 
@@ -76,12 +78,23 @@ def create_app(engine: Any, config: ServerConfig) -> Flask:
     def execution_parameters():
         info = model.info()
         return jsonify(
-            MaxConcurrentTransforms=info.num_slots if info else 1,
+            MaxConcurrentTransforms=info.max_num_seqs if info else 1,
             BatchStrategy="SINGLE_RECORD",  # one JSON request per record
             MaxPayloadInMB=max(1, config.max_payload_bytes // MIB),
         )
 
     return app
+
+
+def kv_cache_json(kv: KVCacheStats) -> dict:
+    """The KV cache in /ping's answer: blocks, tokens, prefix cache counts."""
+    return {
+        "block_size": kv.block_size, "blocks_total": kv.blocks_total, "blocks_used": kv.blocks_used,
+        "blocks_cached": kv.blocks_cached, "tokens_used": kv.tokens_used,
+        "tokens_capacity": kv.blocks_total * kv.block_size, "usage": round(kv.usage, 4),
+        "prefix_queried_tokens": kv.prefix_queried_tokens, "prefix_hit_tokens": kv.prefix_hit_tokens,
+        "preemptions": kv.preemptions,
+    }
 
 
 def _closed_unread(handle: Any, request_log: RequestLog) -> None:

@@ -76,7 +76,8 @@ class OpenAIInvocation:
             choices.append(choice)
         prompt = sum(r.prompt_tokens for r in results)
         completion = sum(r.completion_tokens for r in results)
-        return {**self.header(ctx, chunk=False), "choices": choices, "usage": usage(prompt, completion)}
+        cached = sum(r.cached_tokens for r in results)
+        return {**self.header(ctx, chunk=False), "choices": choices, "usage": usage(prompt, completion, cached)}
 
     def stream_writer(self, ctx: ResponseContext) -> OpenAIStreamWriter:
         return OpenAIStreamWriter(self, ctx)
@@ -88,6 +89,7 @@ class OpenAIStreamWriter:
         self._ctx = ctx
         self._prompt_tokens: dict[int, int] = {}
         self._completion_tokens: dict[int, int] = {}
+        self._cached_tokens: dict[int, int] = {}
 
     def _chunk(self, index: int, content: dict | str, reason: str | None, **extra: Any) -> dict:
         choice: dict[str, Any] = {"index": index}
@@ -105,6 +107,7 @@ class OpenAIStreamWriter:
     def on_event(self, event: TokenEvent) -> Iterator[Any]:
         self._prompt_tokens[event.index] = event.prompt_tokens
         self._completion_tokens[event.index] = event.completion_tokens
+        self._cached_tokens[event.index] = event.cached_tokens
         reason = finish_reason(event.finish_reason) if event.finish_reason else None
         if not (event.text or reason):
             return  # text held back (half a character, a possible stop string)
@@ -117,15 +120,18 @@ class OpenAIStreamWriter:
         if self._inv.include_usage:
             prompt = sum(self._prompt_tokens.values())
             completion = sum(self._completion_tokens.values())
-            yield {**self._inv.header(self._ctx, chunk=True), "choices": [], "usage": usage(prompt, completion)}
+            cached = sum(self._cached_tokens.values())
+            yield {**self._inv.header(self._ctx, chunk=True), "choices": [], "usage": usage(prompt, completion, cached)}
         yield DONE
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict:
+    """OpenAI's usage object; ``cached_tokens``: prompt tokens the prefix cache served."""
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
     }
 
 

@@ -70,6 +70,7 @@ class TGIInvocation:
                 "finish_reason": finish_reason(result.finish_reason, last, ctx),
                 "generated_tokens": result.completion_tokens,
                 "input_length": result.prompt_tokens,
+                "cached_tokens": result.cached_tokens,
                 "seed": self.params.seed,
                 "tokens": _token_details(result, ctx),
             }
@@ -106,6 +107,7 @@ class TGIStreamWriter:
                 "finish_reason": finish_reason(event.finish_reason, event.token_id, self._ctx),
                 "generated_tokens": event.completion_tokens,
                 "input_length": event.prompt_tokens,
+                "cached_tokens": event.cached_tokens,
                 "seed": self._inv.params.seed,
             }
         yield payload

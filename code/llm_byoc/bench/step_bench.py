@@ -30,13 +30,24 @@ def _prompt(length: int, vocab: int, rng: random.Random) -> list[int]:
     return [rng.randrange(3, min(vocab, 32000)) for _ in range(length)]
 
 
+def _tables(runner: ModelRunner, ids: list[str], tokens: int) -> dict[str, list[int]]:
+    """Block tables for ``ids`` of ``tokens`` each, spread over the pool as a busy engine leaves them."""
+    per_seq = -(-tokens // runner.block_size)
+    free = list(range(1, runner.cache.num_blocks))
+    if per_seq * len(ids) > len(free):
+        raise SystemExit(f"the KV cache holds {len(free)} blocks; {len(ids)} x {tokens} tokens need more")
+    random.Random(0).shuffle(free)
+    return {seq_id: free[i * per_seq : (i + 1) * per_seq] for i, seq_id in enumerate(ids)}
+
+
 def time_decode(runner: ModelRunner, batch: int, context: int, steps: int, step_id: int) -> list[float]:
     """Prefill ``batch`` sequences to ``context`` tokens, then time ``steps`` decode steps."""
     rng = random.Random(batch)
     ids = [f"d{batch}-{i}" for i in range(batch)]
     params = SamplingParams(max_new_tokens=steps + 1)
     new = [NewSequence(seq_id, params) for seq_id in ids]
-    chunks = [ScheduledChunk(s, _prompt(context, runner.vocab_size, rng), 0, True) for s in ids]
+    tables = _tables(runner, ids, context + steps)
+    chunks = [ScheduledChunk(s, _prompt(context, runner.vocab_size, rng), 0, True, tables[s]) for s in ids]
     out = runner.step(StepBatch(step_id, new, chunks))
     last = {s.seq_id: s.token_id for s in out.samples}
     times = []
@@ -56,7 +67,8 @@ def time_prefill(runner: ModelRunner, length: int, repeats: int, step_id: int) -
     times = []
     for r in range(repeats):
         seq_id = f"p{length}-{r}"
-        chunk = ScheduledChunk(seq_id, _prompt(length, runner.vocab_size, rng), 0, True)
+        chunk = ScheduledChunk(seq_id, _prompt(length, runner.vocab_size, rng), 0, True,
+                               _tables(runner, [seq_id], length)[seq_id])
         batch = StepBatch(step_id, [NewSequence(seq_id, SamplingParams())], [chunk])
         started = time.perf_counter()
         runner.step(batch)

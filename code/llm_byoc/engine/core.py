@@ -79,6 +79,7 @@ class EngineCore:
                 info=self._worker.info,
                 num_waiting=sched.num_waiting if sched else 0,
                 num_running=sched.num_running if sched else 0,
+                kv_cache=sched.kv_stats() if sched else None,
             )
 
     @property

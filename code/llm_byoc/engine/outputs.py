@@ -26,6 +26,7 @@ class TokenEvent:
     finish_reason: FinishReason | None
     prompt_tokens: int
     completion_tokens: int  # tokens generated so far for this prompt
+    cached_tokens: int = 0  # prompt tokens served from the prefix cache
 
 
 @dataclass(frozen=True)
@@ -39,3 +40,4 @@ class GenerationResult:
     prompt_tokens: int
     completion_tokens: int
     logprobs: list[float] | None = field(default=None)
+    cached_tokens: int = 0  # prompt tokens served from the prefix cache

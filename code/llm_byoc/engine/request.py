@@ -30,6 +30,7 @@ class PromptStream:
         self.index = index
         self.seq_id = seq_id
         self.prompt_tokens = len(prompt_ids)
+        self.cached_tokens = 0
         self._detok = IncrementalDetokenizer(tokenizer, prompt_ids)
         self._stops = StopStringMatcher(params.stop)
         self._want_logprobs = params.logprobs
@@ -43,6 +44,7 @@ class PromptStream:
         return self.finish_reason is not None
 
     def on_update(self, update: SequenceUpdate) -> list[TokenEvent]:
+        self.cached_tokens = update.num_cached_tokens
         events = []
         last = len(update.token_ids) - 1
         for i, token_id in enumerate(update.token_ids):
@@ -86,6 +88,7 @@ class PromptStream:
             finish_reason=reason,
             prompt_tokens=self.prompt_tokens,
             completion_tokens=len(self.token_ids),
+            cached_tokens=self.cached_tokens,
         )
 
     def result(self) -> GenerationResult:
@@ -97,6 +100,7 @@ class PromptStream:
             prompt_tokens=self.prompt_tokens,
             completion_tokens=len(self.token_ids),
             logprobs=list(self.logprobs) if self._want_logprobs else None,
+            cached_tokens=self.cached_tokens,
         )
 
 

@@ -1,4 +1,4 @@
-"""Continuous batching: waiting -> running -> finished, pure Python.
+"""Continuous batching: waiting -> running -> finished, pure Python, admitted by KV memory.
 
 Contract (vLLM v1 style, no separate prefill and decode phases): at every step
 each running sequence's computed tokens catch up with its known tokens
@@ -7,13 +7,25 @@ each running sequence's computed tokens catch up with its known tokens
 1. every decoding sequence (one token behind) gets its one token first;
 2. prefilling sequences, in arrival order, get the next chunk of their prompt
    with whatever budget is left (chunked prefill);
-3. waiting sequences are admitted, in arrival order, while fewer than
-   ``max_num_seqs`` run and budget is left.
+3. waiting sequences are admitted, front of the queue first, while fewer than
+   ``max_num_seqs`` run, budget is left and their KV blocks fit.
+
+Memory (``KVCacheManager``): a sequence holds the blocks its computed tokens
+need. Before a step the running sequences grow their blocks, oldest first;
+when none is free, the newest running sequence is preempted: its blocks are
+freed and it goes back to the front of the queue, to be recomputed once memory
+allows (its stream pauses; the tokens it already sent stay valid, and the
+worker keeps its sampling state, so its output is what it would have been).
+Nothing is admitted in a step that preempted. A waiting sequence is admitted
+only when its blocks fit with a small reserve left (none while nothing runs).
+With prefix caching, a sequence admitted behind cached blocks starts with
+them and computes only the rest of its prompt; after each step the blocks it
+filled are registered in the cache.
 
 ``postprocess`` appends the sampled tokens and applies the stop rules. A
-sequence that finishes leaves the running batch in that same step and is
-listed in ``freed`` of the next batch so the worker drops its KV cache before
-anything new is admitted.
+sequence that finishes leaves the running batch in that same step (its blocks
+go back to the pool at once) and is listed in ``freed`` of the next batch so
+the worker drops its state.
 
 Stop rules: an EOS token (unless ``ignore_eos``) -> STOP; ``max_new_tokens``
 generated -> LENGTH; the context window full (prompt + generated reaches
@@ -23,7 +35,8 @@ window simply stops with LENGTH once the window is full. Stop strings are
 applied by the front end, which then aborts the sequence here.
 
 Admission: a sequence is refused with QueueFull when it would have to wait
-behind ``max_waiting`` others (free running slots count as no wait).
+behind ``max_waiting`` others (free running slots count as no wait), and with
+InvalidRequest when its prompt can never fit the context or the KV cache.
 """
 
 from __future__ import annotations
@@ -36,6 +49,7 @@ from ..errors import InvalidRequest, QueueFull
 from ..protocol import (
     AddSequence,
     FinishReason,
+    KVCacheStats,
     ModelInfo,
     NewSequence,
     ScheduledChunk,
@@ -43,7 +57,10 @@ from ..protocol import (
     StepBatch,
     StepOutput,
 )
+from .kv_cache_manager import KVCacheManager
 from .sequence import Sequence, SequenceStatus
+
+ADMISSION_RESERVE = 0.01  # of the blocks, kept free when admitting beside running sequences
 
 
 @dataclass(frozen=True)
@@ -55,32 +72,51 @@ class SchedulerLimits:
     max_new_tokens_limit: int
     vocab_size: int
     eos_token_ids: frozenset[int]
+    num_kv_blocks: int  # the worker's pool, the null block included
+    block_size: int = 16
+    enable_prefix_caching: bool = True
+
+    def __post_init__(self) -> None:
+        capacity = (self.num_kv_blocks - 1) * self.block_size
+        if capacity < self.max_model_len:
+            raise ValueError(
+                f"the KV cache holds {capacity} tokens, less than one sequence of max_model_len "
+                f"{self.max_model_len}"
+            )
 
     @classmethod
     def from_config(cls, config: EngineConfig, info: ModelInfo) -> SchedulerLimits:
         """Engine settings, narrowed by what the loaded model and its KV cache allow."""
-        max_model_len = info.max_model_len
+        max_model_len = min(info.max_model_len, info.kv_capacity_tokens)
         if config.max_model_len is not None:
             max_model_len = min(max_model_len, config.max_model_len)
         return cls(
-            max_num_seqs=max(1, min(config.max_num_seqs, info.num_slots)),
+            max_num_seqs=max(1, min(config.max_num_seqs, info.max_num_seqs)),
             max_batched_tokens=config.max_batched_tokens,
             max_model_len=max_model_len,
             max_waiting=config.max_waiting,
             max_new_tokens_limit=config.max_new_tokens_limit,
             vocab_size=info.vocab_size,
             eos_token_ids=frozenset(info.eos_token_ids),
+            num_kv_blocks=info.num_kv_blocks,
+            block_size=info.kv_block_size,
+            enable_prefix_caching=config.enable_prefix_caching,
         )
 
 
 class Scheduler:
     def __init__(self, limits: SchedulerLimits):
         self.limits = limits
+        self.kv = KVCacheManager(limits.num_kv_blocks, limits.block_size, limits.enable_prefix_caching)
+        self._reserve = max(1, int(self.kv.pool.num_usable * ADMISSION_RESERVE))
         self._waiting: deque[Sequence] = deque()
-        self._running: dict[str, Sequence] = {}  # insertion order = arrival order
+        self._running: dict[str, Sequence] = {}
         self._freed: list[str] = []
+        self._scheduled: list[Sequence] = []  # computed in the step in flight
         self._expect_sample: set[str] = set()  # scheduled last step with sample=True
         self._step_id = 0
+        self._arrivals = 0
+        self.num_preemptions = 0
 
     # --- queue ---------------------------------------------------------------
 
@@ -93,7 +129,8 @@ class Scheduler:
         return len(self._running)
 
     def has_work(self) -> bool:
-        return bool(self._waiting or self._running)
+        """Sequences to compute, or finished ones the worker has not been told to drop yet."""
+        return bool(self._waiting or self._running or self._freed)
 
     def add(self, request: AddSequence) -> None:
         """Queue a sequence; raises InvalidRequest or QueueFull."""
@@ -103,17 +140,13 @@ class Scheduler:
             raise QueueFull(
                 f"the engine queue is full ({len(self._waiting)} sequences waiting); retry later"
             )
-        seq = Sequence(request.seq_id, list(request.prompt_token_ids), request.params)
+        self._arrivals += 1
+        seq = Sequence(request.seq_id, list(request.prompt_token_ids), request.params, arrival=self._arrivals)
         self._waiting.append(seq)
 
     def abort(self, seq_id: str) -> SequenceUpdate | None:
         """Remove a waiting or running sequence; None when it is not here (any more)."""
-        for seq in self._waiting:
-            if seq.seq_id == seq_id:
-                self._waiting.remove(seq)
-                self._finish(seq, FinishReason.ABORT)
-                return self._final_update(seq)
-        seq = self._running.get(seq_id)
+        seq = self._running.get(seq_id) or next((s for s in self._waiting if s.seq_id == seq_id), None)
         if seq is None:
             return None
         self._finish(seq, FinishReason.ABORT)
@@ -121,11 +154,10 @@ class Scheduler:
 
     def finish_all(self) -> list[str]:
         """Drop every waiting and running sequence (the engine failed); their ids."""
-        ids = [seq.seq_id for seq in self._waiting] + list(self._running)
-        for seq in list(self._waiting) + list(self._running.values()):
+        seqs = list(self._waiting) + list(self._running.values())
+        for seq in seqs:
             self._finish(seq, FinishReason.ERROR)
-        self._waiting.clear()
-        return ids
+        return [seq.seq_id for seq in seqs]
 
     def fail(self, seq_ids: list[str]) -> None:
         """Finish these running sequences with ERROR (their step failed in the worker)."""
@@ -134,49 +166,118 @@ class Scheduler:
             if seq is not None:
                 self._finish(seq, FinishReason.ERROR)
 
+    def kv_stats(self) -> KVCacheStats:
+        kv = self.kv
+        used = kv.pool.num_usable - kv.pool.num_free
+        unfilled = sum(kv.unfilled_slots(seq) for seq in self._running.values())
+        return KVCacheStats(
+            block_size=kv.block_size,
+            blocks_total=kv.pool.num_usable,
+            blocks_used=used,
+            blocks_cached=kv.pool.num_cached,
+            tokens_used=max(0, used * kv.block_size - unfilled),
+            prefix_queried_tokens=kv.queried_tokens,
+            prefix_hit_tokens=kv.hit_tokens,
+            preemptions=self.num_preemptions,
+        )
+
     # --- one step ------------------------------------------------------------
 
     def schedule(self) -> StepBatch | None:
-        """The next step's work, or None when nothing needs computing."""
-        budget = self.limits.max_batched_tokens
-        chunks: list[ScheduledChunk] = []
+        """The next step's work (maybe only sequences to free), or None when there is none."""
+        plan = self._plan_running()
+        preempted = self._grow_blocks(plan)
+        chunks = [self._chunk(self._running[s], n, blocks) for s, (n, blocks) in plan.items() if s in self._running]
+        budget = self.limits.max_batched_tokens - sum(len(c.token_ids) for c in chunks)
         new: list[NewSequence] = []
+        if not preempted:
+            self._admit(budget, chunks, new)
+        if not chunks and not preempted and not self._freed:
+            return None
+        self._step_id += 1
+        freed, self._freed = self._freed, []
+        self._scheduled = [self._running[c.seq_id] for c in chunks]
+        self._expect_sample = {c.seq_id for c in chunks if c.sample}
+        return StepBatch(self._step_id, new, chunks, freed, preempted)
+
+    def _plan_running(self) -> dict[str, tuple[int, list[int]]]:
+        """Tokens each running sequence computes this step: decodes first, then prefill chunks."""
+        budget = self.limits.max_batched_tokens
+        plan: dict[str, tuple[int, list[int]]] = {}
         decoding = [s for s in self._running.values() if s.num_uncomputed == 1]
         prefilling = [s for s in self._running.values() if s.num_uncomputed > 1]
         for seq in decoding + prefilling:
             if budget == 0:
                 break
-            budget -= self._schedule_chunk(seq, budget, chunks)
-        while self._waiting and budget > 0 and len(self._running) < self.limits.max_num_seqs:
-            seq = self._waiting.popleft()
-            seq.status = SequenceStatus.RUNNING
-            seq.seen_by_worker = True
-            self._running[seq.seq_id] = seq
-            new.append(NewSequence(seq.seq_id, seq.params))
-            budget -= self._schedule_chunk(seq, budget, chunks)
-        if not chunks:
-            return None
-        self._step_id += 1
-        freed, self._freed = self._freed, []
-        self._expect_sample = {c.seq_id for c in chunks if c.sample}
-        return StepBatch(step_id=self._step_id, new=new, chunks=chunks, freed=freed)
+            n = min(seq.num_uncomputed, budget)
+            plan[seq.seq_id] = (n, [])
+            budget -= n
+        return plan
 
-    def _schedule_chunk(self, seq: Sequence, budget: int, chunks: list[ScheduledChunk]) -> int:
-        n = min(seq.num_uncomputed, budget)
+    def _grow_blocks(self, plan: dict[str, tuple[int, list[int]]]) -> list[str]:
+        """Blocks for the plan, oldest sequence first; preempt the newest when none is free."""
+        preempted: list[str] = []
+        for seq in sorted((self._running[s] for s in plan), key=lambda s: s.arrival):
+            if seq.seq_id not in self._running:
+                continue  # preempted for an older one
+            n, _ = plan[seq.seq_id]
+            while (added := self.kv.grow(seq, seq.num_computed + n)) is None:
+                victim = max(self._running.values(), key=lambda s: s.arrival)
+                self._preempt(victim)
+                preempted.append(victim.seq_id)
+                if victim is seq:
+                    break
+            if added is not None:
+                plan[seq.seq_id] = (n, added)
+        return preempted
+
+    def _admit(self, budget: int, chunks: list[ScheduledChunk], new: list[NewSequence]) -> None:
+        while self._waiting and budget > 0 and len(self._running) < self.limits.max_num_seqs:
+            seq = self._waiting[0]
+            prefix = self.kv.cached_prefix(seq)
+            cached = len(prefix) * self.kv.block_size
+            n = min(seq.num_tokens - cached, budget)
+            reserve = self._reserve if self._running else 0
+            block_ids = self.kv.admit(seq, prefix, cached + n, reserve)
+            if block_ids is None:
+                return  # first come, first served: the head waits for memory
+            self._waiting.popleft()
+            if not seq.seen_by_worker:
+                seq.num_cached_tokens = cached
+                seq.seen_by_worker = True
+                new.append(NewSequence(seq.seq_id, seq.params))
+            seq.status = SequenceStatus.RUNNING
+            self._running[seq.seq_id] = seq
+            chunks.append(self._chunk(seq, n, block_ids))
+            budget -= n
+
+    def _preempt(self, seq: Sequence) -> None:
+        """Back to the front of the queue, its blocks freed; it is recomputed when admitted again."""
+        del self._running[seq.seq_id]
+        self.kv.free(seq)
+        seq.num_computed = 0
+        seq.status = SequenceStatus.WAITING
+        self._waiting.appendleft(seq)
+        self.num_preemptions += 1
+
+    def _chunk(self, seq: Sequence, n: int, block_ids: list[int]) -> ScheduledChunk:
         start = seq.num_computed
         seq.num_computed += n
-        chunks.append(
-            ScheduledChunk(
-                seq_id=seq.seq_id,
-                token_ids=seq.token_ids[start : start + n],
-                start_pos=start,
-                sample=seq.num_computed == seq.num_tokens,
-            )
+        return ScheduledChunk(
+            seq_id=seq.seq_id,
+            token_ids=seq.token_ids[start : start + n],
+            start_pos=start,
+            sample=seq.num_computed == seq.num_tokens,
+            block_ids=block_ids,
         )
-        return n
 
     def postprocess(self, output: StepOutput) -> list[SequenceUpdate]:
-        """Append sampled tokens, apply stop rules; one update per sequence that advanced."""
+        """Cache the blocks the step filled, append sampled tokens, apply stop rules;
+        one update per sequence that advanced."""
+        for seq in self._scheduled:
+            if seq.status is SequenceStatus.RUNNING:
+                self.kv.cache_computed(seq)
+        self._scheduled = []
         updates: list[SequenceUpdate] = []
         expected, self._expect_sample = self._expect_sample, set()
         for sample in output.samples:
@@ -191,7 +292,7 @@ class Scheduler:
             logprobs = None if sample.logprob is None else [sample.logprob]
             updates.append(
                 SequenceUpdate(
-                    seq.seq_id, [sample.token_id], logprobs, reason, seq.num_prompt_tokens
+                    seq.seq_id, [sample.token_id], logprobs, reason, seq.num_prompt_tokens, seq.num_cached_tokens
                 )
             )
         for seq_id in expected:  # the worker skipped a sequence: fail it, never stall it
@@ -216,12 +317,15 @@ class Scheduler:
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
         self._expect_sample.discard(seq.seq_id)
-        if self._running.pop(seq.seq_id, None) is not None and seq.seen_by_worker:
+        if self._running.pop(seq.seq_id, None) is None and seq in self._waiting:
+            self._waiting.remove(seq)
+        self.kv.free(seq)
+        if seq.seen_by_worker:
             self._freed.append(seq.seq_id)
 
     @staticmethod
     def _final_update(seq: Sequence) -> SequenceUpdate:
-        return SequenceUpdate(seq.seq_id, [], None, seq.finish_reason, seq.num_prompt_tokens)
+        return SequenceUpdate(seq.seq_id, [], None, seq.finish_reason, seq.num_prompt_tokens, seq.num_cached_tokens)
 
     def _validate(self, request: AddSequence) -> None:
         limits = self.limits
@@ -232,7 +336,7 @@ class Scheduler:
         if len(ids) + 1 > limits.max_model_len:
             raise InvalidRequest(
                 f"the prompt has {len(ids)} tokens; the context window is "
-                f"{limits.max_model_len} tokens (prompt + at least 1 new token)"
+                f"{limits.max_model_len} tokens (prompt + at least 1 new token){self._kv_note()}"
             )
         for t in ids:
             if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < limits.vocab_size:
@@ -241,3 +345,10 @@ class Scheduler:
                 )
         if request.seq_id in self._running or any(s.seq_id == request.seq_id for s in self._waiting):
             raise InvalidRequest(f"sequence {request.seq_id!r} is already in the engine")
+
+    def _kv_note(self) -> str:
+        kv = self.kv
+        if kv.capacity_tokens > self.limits.max_model_len:
+            return ""
+        return (f"; the KV cache holds {kv.capacity_tokens} tokens ({kv.pool.num_usable} blocks of "
+                f"{kv.block_size})")

@@ -1,11 +1,15 @@
-"""One sequence as the scheduler sees it: token ids and how many are computed."""
+"""One sequence as the scheduler sees it: token ids, how many are computed, its KV blocks."""
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..protocol import FinishReason, SamplingParams
+
+if TYPE_CHECKING:
+    from .block_pool import Block
 
 
 class SequenceStatus(enum.Enum):
@@ -26,11 +30,17 @@ class Sequence:
     seq_id: str
     token_ids: list[int]
     params: SamplingParams
+    arrival: int = 0  # order of arrival: the newest running sequence is preempted first
+    cache_namespace: str = ""  # prefix-cache key space (an adapter, a tenant): no sharing across
     num_prompt_tokens: int = 0
     num_computed: int = 0
+    num_cached_tokens: int = 0  # prompt tokens taken from the prefix cache at (first) admission
     status: SequenceStatus = SequenceStatus.WAITING
     finish_reason: FinishReason | None = None
     seen_by_worker: bool = False  # the worker got its NewSequence (so it must be freed)
+    blocks: list[Block] = field(default_factory=list)  # KV blocks, in token order
+    block_hashes: list[bytes] = field(default_factory=list)  # of its full blocks, as far as computed
+    num_registered: int = 0  # leading blocks already in the prefix cache
 
     def __post_init__(self) -> None:
         self.num_prompt_tokens = len(self.token_ids)

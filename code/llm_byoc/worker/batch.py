@@ -1,8 +1,15 @@
 """The tensors of one step: every scheduled token flattened into one row list.
 
-Rows are ordered decode-first: single-token chunks sorted by KV slot, then the
-multi-token (prefill) chunks, each a contiguous run of rows. All layers of the
-model reuse what is built here once per step (indices, attention masks).
+Rows are ordered decode-first: single-token chunks sorted by context length
+(so that each decode group is a run of rows), then the multi-token (prefill)
+chunks, each a contiguous run of rows. All layers of the model reuse what is
+built here once per step: the slot each row's keys and values are written to,
+and the slots each attention call gathers.
+
+A slot is ``block * block_size + offset`` in the paged cache (worker/kv_cache.py).
+Decode rows of very different context lengths are split into groups, so that a
+few long contexts do not make every short one gather (and attend over) their
+length.
 """
 
 from __future__ import annotations
@@ -12,110 +19,132 @@ from dataclasses import dataclass
 import torch
 
 from ..protocol import ScheduledChunk
+from .kv_cache import NULL_SLOT
 
-# Decode attention reads a run of slots as a view when the run is at most this
-# many times the number of decoding rows; otherwise it gathers the slots.
-_COMPACT_FACTOR = 2
+# A decode group is split where a context is more than this many times the
+# group's shortest, once contexts are past DECODE_SPLIT_MIN tokens.
+DECODE_SPLIT_RATIO = 2
+DECODE_SPLIT_MIN = 256
 
 
 @dataclass(frozen=True)
 class DecodeGroup:
-    """Single-token chunks, rows ``0..num_rows-1`` of the step, attended in one call."""
+    """Single-token rows ``row_lo..row_hi-1``, attended in one call."""
 
-    num_rows: int
-    slot_lo: int  # first slot of the cache run read (compact case)
-    slot_hi: int  # one past the last slot of the run
-    scatter: torch.Tensor | None  # [B] row -> index in the run; None when the run is exactly the rows
-    gather: torch.Tensor | None  # [B] slot per row when the slots are too spread for a view
-    kv_len: int  # keys read per slot: the longest decoding sequence
-    mask: torch.Tensor  # [R, 1, 1, kv_len] bool, R = run length (or B when gathering)
+    row_lo: int
+    row_hi: int
+    kv_len: int  # keys gathered per row: the group's longest context
+    gather: torch.Tensor  # [B * kv_len] slots; the null slot past a row's own context
+    mask: torch.Tensor | None  # [B, 1, 1, kv_len] bool; None when every row has kv_len keys
 
 
 @dataclass(frozen=True)
 class PrefillSpan:
-    """A multi-token chunk of one sequence: rows ``row..row+length-1``."""
+    """A multi-token chunk of one sequence: rows ``row..row+length-1``, positions start.."""
 
     row: int
     length: int
-    slot: int
-    kv_len: int  # start_pos + length: cached prefix plus this chunk
-    mask: torch.Tensor  # [1, 1, length, kv_len] bool, causal over the cached prefix
+    start: int
+    gather: torch.Tensor | None  # [start + length] slots of the cached prefix and this chunk; None if start == 0
+    mask: torch.Tensor | None  # [1, 1, length, start + length] bool causal mask; None if start == 0
 
 
 @dataclass(frozen=True)
 class StepInputs:
     token_ids: torch.Tensor  # [T] long
     positions: torch.Tensor  # [T] long
-    slots: torch.Tensor  # [T] long: KV slot of each row
-    decode: DecodeGroup | None
+    slot_mapping: torch.Tensor  # [T] long: where each row's keys/values are written
+    decode_groups: list[DecodeGroup]
     prefills: list[PrefillSpan]
     sample_rows: torch.Tensor  # [S] long: rows whose next token is sampled
     sample_seq_ids: list[str]  # sequence of each sample row, same order
 
 
-def order_chunks(chunks: list[ScheduledChunk], slot_of: dict[str, int]) -> list[ScheduledChunk]:
-    """Decode-like chunks (one token) first, by slot; then longer chunks in given order."""
-    singles = sorted((c for c in chunks if len(c.token_ids) == 1), key=lambda c: slot_of[c.seq_id])
+def order_chunks(chunks: list[ScheduledChunk]) -> list[ScheduledChunk]:
+    """Decode-like chunks (one token) first, shortest context first; then longer chunks in given order."""
+    singles = sorted((c for c in chunks if len(c.token_ids) == 1), key=lambda c: c.start_pos)
     return singles + [c for c in chunks if len(c.token_ids) > 1]
 
 
 def build_step_inputs(
-    chunks: list[ScheduledChunk], slot_of: dict[str, int], device: torch.device
+    chunks: list[ScheduledChunk], tables: dict[str, list[int]], block_size: int, device: torch.device
 ) -> StepInputs:
-    """``chunks`` must already be in ``order_chunks`` order."""
+    """``chunks`` in ``order_chunks`` order; ``tables``: each sequence's block table, this step's blocks included."""
     token_ids: list[int] = []
     positions: list[int] = []
     slots: list[int] = []
     sample_rows: list[int] = []
     sample_seq_ids: list[str] = []
     prefills: list[PrefillSpan] = []
-    num_single = sum(1 for c in chunks if len(c.token_ids) == 1)
     for chunk in chunks:
-        row, n, slot = len(token_ids), len(chunk.token_ids), slot_of[chunk.seq_id]
+        row, n, table = len(token_ids), len(chunk.token_ids), tables[chunk.seq_id]
         token_ids.extend(chunk.token_ids)
-        positions.extend(range(chunk.start_pos, chunk.start_pos + n))
-        slots.extend([slot] * n)
+        span = range(chunk.start_pos, chunk.start_pos + n)
+        positions.extend(span)
+        slots.extend(table[p // block_size] * block_size + p % block_size for p in span)
         if chunk.sample:
             sample_rows.append(row + n - 1)
             sample_seq_ids.append(chunk.seq_id)
         if n > 1:
-            mask = _causal_mask(chunk.start_pos, n, device)
-            prefills.append(PrefillSpan(row, n, slot, chunk.start_pos + n, mask))
-    decode = _decode_group(chunks[:num_single], slot_of, device) if num_single else None
+            prefills.append(_prefill_span(row, chunk, table, block_size, device))
+    singles = [c for c in chunks if len(c.token_ids) == 1]
 
     def as_tensor(values: list[int]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long, device=device)
 
     return StepInputs(
         as_tensor(token_ids), as_tensor(positions), as_tensor(slots),
-        decode, prefills, as_tensor(sample_rows), sample_seq_ids,
+        _decode_groups(singles, tables, block_size, device), prefills,
+        as_tensor(sample_rows), sample_seq_ids,
     )
 
 
-def _causal_mask(start: int, n: int, device: torch.device) -> torch.Tensor:
-    """[1, 1, n, start + n]: query i (position start+i) sees keys 0..start+i."""
-    keys = torch.arange(start + n, device=device)
-    queries = torch.arange(start, start + n, device=device)
-    return (keys[None, :] <= queries[:, None])[None, None]
+def _slots(tables: list[list[int]], kv_len: int, block_size: int, device: torch.device) -> torch.Tensor:
+    """[R, kv_len] slots of positions 0..kv_len-1 of each table (short tables padded with the null block)."""
+    width = -(-kv_len // block_size)
+    padded = [table[:width] + [0] * (width - len(table[:width])) for table in tables]
+    blocks = torch.tensor(padded, dtype=torch.long, device=device)  # [R, width]
+    pos = torch.arange(kv_len, device=device)
+    return blocks[:, pos // block_size] * block_size + pos % block_size
 
 
-def _decode_group(
-    singles: list[ScheduledChunk], slot_of: dict[str, int], device: torch.device
-) -> DecodeGroup:
-    slots = [slot_of[c.seq_id] for c in singles]  # ascending
-    lengths = [c.start_pos + 1 for c in singles]
-    kv_len = max(lengths)
-    lo, hi = slots[0], slots[-1] + 1
-    if hi - lo > _COMPACT_FACTOR * len(slots):
-        gather = torch.tensor(slots, dtype=torch.long, device=device)
-        run_lengths = torch.tensor(lengths, device=device)
-        mask = torch.arange(kv_len, device=device)[None, :] < run_lengths[:, None]
-        return DecodeGroup(len(slots), lo, hi, None, gather, kv_len, mask[:, None, None, :])
-    run = [1] * (hi - lo)  # idle slots inside the run attend to one (ignored) key
-    for slot, length in zip(slots, lengths):
-        run[slot - lo] = length
-    mask = torch.arange(kv_len, device=device)[None, :] < torch.tensor(run, device=device)[:, None]
-    scatter = None
-    if hi - lo != len(slots):
-        scatter = torch.tensor([s - lo for s in slots], dtype=torch.long, device=device)
-    return DecodeGroup(len(slots), lo, hi, scatter, None, kv_len, mask[:, None, None, :])
+def _prefill_span(row: int, chunk: ScheduledChunk, table: list[int], block_size: int, device) -> PrefillSpan:
+    n, start = len(chunk.token_ids), chunk.start_pos
+    if start == 0:
+        return PrefillSpan(row, n, 0, None, None)
+    kv_len = start + n
+    gather = _slots([table], kv_len, block_size, device)[0]
+    keys = torch.arange(kv_len, device=device)
+    queries = torch.arange(start, kv_len, device=device)
+    mask = (keys[None, :] <= queries[:, None])[None, None]  # query i (position start+i) sees keys 0..start+i
+    return PrefillSpan(row, n, start, gather, mask)
+
+
+def _decode_groups(
+    singles: list[ScheduledChunk], tables: dict[str, list[int]], block_size: int, device: torch.device
+) -> list[DecodeGroup]:
+    groups: list[DecodeGroup] = []
+    lo = 0
+    for hi in range(1, len(singles) + 1):
+        shortest = singles[lo].start_pos + 1
+        at_end = hi == len(singles)
+        if at_end or _splits(shortest, singles[hi].start_pos + 1):
+            groups.append(_decode_group(lo, hi, singles[lo:hi], tables, block_size, device))
+            lo = hi
+    return groups
+
+
+def _splits(shortest: int, length: int) -> bool:
+    return length > DECODE_SPLIT_MIN and length > DECODE_SPLIT_RATIO * shortest
+
+
+def _decode_group(lo, hi, chunks, tables, block_size, device) -> DecodeGroup:
+    lengths = [c.start_pos + 1 for c in chunks]  # ascending
+    kv_len = lengths[-1]
+    slots = _slots([tables[c.seq_id] for c in chunks], kv_len, block_size, device)  # [B, L]
+    mask = None
+    if lengths[0] != kv_len:
+        valid = torch.arange(kv_len, device=device)[None, :] < torch.tensor(lengths, device=device)[:, None]
+        slots = torch.where(valid, slots, NULL_SLOT)  # past a row's context: zeros, never stale data
+        mask = valid[:, None, None, :]
+    return DecodeGroup(lo, hi, kv_len, slots.reshape(-1), mask)

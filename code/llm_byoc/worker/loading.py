@@ -1,4 +1,5 @@
-"""Load the configured model into a batched decoder and describe it (ModelInfo)."""
+"""Load the configured model into a batched decoder and describe it (ModelInfo; its KV cache
+fields are filled in once the runner has sized the cache)."""
 
 from __future__ import annotations
 
@@ -80,10 +81,9 @@ def load_model(config: EngineConfig) -> LoadedModel:
         eos_token_ids=eos_token_ids(hf_model, tokenizer),
         device=str(device),
         dtype=str(dtype).removeprefix("torch."),
-        num_slots=config.max_num_seqs,
+        max_num_seqs=config.max_num_seqs,
         load_time_s=round(time.monotonic() - started, 3),
         param_bytes=param_bytes,
-        kv_cache_bytes=_kv_bytes(decoder, config.max_num_seqs, max_len, dtype),
         linear_backend=backend,
     )
     log.info("loaded %s (%s, %s on %s, %s linear kernels) in %.1f s",
@@ -112,9 +112,3 @@ def own_tensors(obj, depth: int = 0) -> None:
                     setattr(obj, key, copy)
         elif isinstance(value, list) or (hasattr(value, "__dict__") and not isinstance(value, torch.nn.Module)):
             own_tensors(value, depth + 1)
-
-
-def _kv_bytes(decoder, num_slots: int, max_len: int, dtype: torch.dtype) -> int:
-    """The KV cache grown to full length for every slot (the most it will take)."""
-    element = torch.empty((), dtype=dtype).element_size()
-    return 2 * decoder.num_layers * decoder.num_kv_heads * decoder.head_dim * element * num_slots * max_len

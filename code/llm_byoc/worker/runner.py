@@ -1,24 +1,30 @@
-"""ModelRunner: the model, its KV cache and the per-sequence state; one step per call.
+"""ModelRunner: the model, its paged KV cache and the per-sequence state; one step per call.
 
-A step (see ``protocol.StepBatch``) first frees finished sequences, then
-registers new ones, then computes every scheduled chunk in one batched
-forward and samples the rows that asked for a token. The batch is checked
-against the runner's state before anything changes, so a bad batch fails
-with a clear ``ValueError`` and leaves the state as it was.
+A step (see ``protocol.StepBatch``) first frees finished sequences, drops the
+block tables of preempted ones (their sampling state stays: they will be
+recomputed and go on as if never interrupted), registers new ones, appends
+each chunk's new blocks to its sequence's table (a sequence's first chunk may
+start after whole blocks of a cached prefix the engine hands over: those
+blocks already hold its keys and values), then computes every scheduled
+chunk in one batched forward and samples the rows that asked for a token. The
+batch is checked against the runner's state before anything changes, so a bad
+batch fails with a clear ``ValueError`` and leaves the state as it was; in
+particular no two chunks of a step may write the same block.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from ..config import EngineConfig
 from ..protocol import ScheduledChunk, StepBatch, StepOutput
 from .batch import build_step_inputs, order_chunks
-from .kv_cache import KVCache
+from .kv_cache import PagedKVCache
+from .kv_sizing import KVCacheSize, bytes_per_token, size_kv_cache
 from .loading import LoadedModel, load_model
 from .sampler import SequenceSampling, sample
 
@@ -27,29 +33,38 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class _Sequence:
-    slot: int
-    num_cached: int  # tokens whose keys/values are in the cache
     sampling: SequenceSampling
+    blocks: list[int] = field(default_factory=list)  # block table: block i holds positions i*bs..
+    num_cached: int = 0  # tokens whose keys/values are in the cache
 
 
 class ModelRunner:
-    def __init__(self, loaded: LoadedModel, num_slots: int):
+    def __init__(self, loaded: LoadedModel, size: KVCacheSize):
         self.decoder = loaded.decoder
-        self.info = loaded.info
         self.device = loaded.device
         self.vocab_size = loaded.info.vocab_size
         self.max_len = loaded.info.max_model_len
-        self.cache = KVCache(
-            self.decoder.num_layers, num_slots, self.decoder.num_kv_heads,
-            self.decoder.head_dim, self.max_len, loaded.dtype, loaded.device,
+        self.block_size = size.block_size
+        self.cache = PagedKVCache(
+            self.decoder.num_layers, size.num_blocks, size.block_size, self.decoder.num_kv_heads,
+            self.decoder.head_dim, loaded.dtype, loaded.device,
         )
-        self._free_slots = list(range(num_slots))  # kept sorted: lowest slot first
+        self.info = replace(
+            loaded.info, kv_block_size=size.block_size, num_kv_blocks=size.num_blocks,
+            kv_bytes_per_token=size.bytes_per_token,
+        )
         self._seqs: dict[str, _Sequence] = {}
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> "ModelRunner":
         loaded = load_model(config)
-        return cls(loaded, config.max_num_seqs)
+        decoder = loaded.decoder
+        per_token = bytes_per_token(decoder.num_layers, decoder.num_kv_heads, decoder.head_dim, loaded.dtype)
+        size = size_kv_cache(config, per_token, loaded.info.max_model_len, loaded.device,
+                             activation_peak=lambda: activation_peak(loaded, config))
+        log.info("KV cache: %d blocks of %d tokens = %d tokens, %.2f GiB (%s)", size.num_blocks - 1,
+                 size.block_size, (size.num_blocks - 1) * size.block_size, size.total_bytes / 1024**3, size.how)
+        return cls(loaded, size)
 
     @property
     def num_active(self) -> int:
@@ -59,44 +74,56 @@ class ModelRunner:
         started = time.perf_counter()
         self._free(batch.freed)
         self._check(batch)
+        for seq_id in batch.preempted:
+            seq = self._seqs[seq_id]
+            seq.blocks, seq.num_cached = [], 0
         for new in batch.new:
-            slot = self._free_slots.pop(0)
-            sampling = SequenceSampling.create(new.params, self.vocab_size, self.device)
-            self._seqs[new.seq_id] = _Sequence(slot, 0, sampling)
+            self._seqs[new.seq_id] = _Sequence(SequenceSampling.create(new.params, self.vocab_size, self.device))
+        for chunk in batch.chunks:
+            seq = self._seqs[chunk.seq_id]
+            if not seq.blocks:  # new, or preempted: it may start after a cached prefix the engine handed over
+                seq.num_cached = chunk.start_pos
+            seq.blocks.extend(chunk.block_ids)
         samples = self._compute(batch.chunks) if batch.chunks else []
         return StepOutput(batch.step_id, samples, time.perf_counter() - started)
 
     def _free(self, seq_ids: list[str]) -> None:
         for seq_id in seq_ids:
-            seq = self._seqs.pop(seq_id, None)
-            if seq is not None:  # freeing twice (or an unknown id) is harmless
-                self._free_slots.append(seq.slot)
-        self._free_slots.sort()
-        if seq_ids and not self._seqs:
-            self.cache.release_memory()
+            self._seqs.pop(seq_id, None)  # freeing twice (or an unknown id) is harmless
+
+    # --- the contract ----------------------------------------------------------------
 
     def _check(self, batch: StepBatch) -> None:
         new_ids = [n.seq_id for n in batch.new]
         if len(set(new_ids)) != len(new_ids) or any(s in self._seqs for s in new_ids):
             raise ValueError(f"step {batch.step_id}: a new sequence id is already in use")
-        if len(new_ids) > len(self._free_slots):
-            raise ValueError(
-                f"step {batch.step_id}: {len(new_ids)} new sequences but only "
-                f"{len(self._free_slots)} free KV slots"
-            )
-        known = set(new_ids) | set(self._seqs)
+        unknown = [s for s in batch.preempted if s not in self._seqs]
+        if unknown:
+            raise ValueError(f"step {batch.step_id}: preempted unknown sequence {unknown[0]!r}")
+        restarted = set(new_ids) | set(batch.preempted)
         seen: set[str] = set()
+        written: dict[int, str] = {}
         for chunk in batch.chunks:
-            if chunk.seq_id not in known:
+            if chunk.seq_id not in self._seqs and chunk.seq_id not in restarted:
                 raise ValueError(f"step {batch.step_id}: unknown sequence {chunk.seq_id!r}")
             if chunk.seq_id in seen:
                 raise ValueError(f"step {batch.step_id}: two chunks for sequence {chunk.seq_id!r}")
             seen.add(chunk.seq_id)
-            self._check_chunk(batch.step_id, chunk)
+            seq = None if chunk.seq_id in restarted else self._seqs[chunk.seq_id]
+            table = (seq.blocks if seq else []) + list(chunk.block_ids)
+            if seq is None or not seq.blocks:  # a first chunk may start after whole blocks of cached prefix
+                cached = chunk.start_pos if chunk.start_pos % self.block_size == 0 else 0
+            else:
+                cached = seq.num_cached
+            self._check_chunk(batch.step_id, chunk, cached, table)
+            for index in range(chunk.start_pos // self.block_size,
+                               (chunk.start_pos + len(chunk.token_ids) - 1) // self.block_size + 1):
+                owner = written.setdefault(table[index], chunk.seq_id)
+                if owner != chunk.seq_id:
+                    raise ValueError(f"step {batch.step_id}: {owner!r} and {chunk.seq_id!r} both write "
+                                     f"block {table[index]}")
 
-    def _check_chunk(self, step_id: int, chunk: ScheduledChunk) -> None:
-        seq = self._seqs.get(chunk.seq_id)
-        cached = seq.num_cached if seq else 0
+    def _check_chunk(self, step_id: int, chunk: ScheduledChunk, cached: int, table: list[int]) -> None:
         if chunk.start_pos != cached:
             raise ValueError(
                 f"step {step_id}: chunk for {chunk.seq_id!r} starts at {chunk.start_pos}, "
@@ -104,19 +131,26 @@ class ModelRunner:
             )
         if not chunk.token_ids:
             raise ValueError(f"step {step_id}: empty chunk for {chunk.seq_id!r}")
-        if chunk.start_pos + len(chunk.token_ids) > self.max_len:
+        end = chunk.start_pos + len(chunk.token_ids)
+        if end > self.max_len:
             raise ValueError(
-                f"step {step_id}: sequence {chunk.seq_id!r} would exceed the context "
-                f"of {self.max_len} tokens"
+                f"step {step_id}: sequence {chunk.seq_id!r} would exceed the context of {self.max_len} tokens"
             )
         if not all(isinstance(t, int) and 0 <= t < self.vocab_size for t in chunk.token_ids):
             raise ValueError(f"step {step_id}: token id out of range [0, {self.vocab_size}) in {chunk.seq_id!r}")
+        if not all(isinstance(b, int) and 0 < b < self.cache.num_blocks for b in chunk.block_ids):
+            raise ValueError(f"step {step_id}: block id out of range [1, {self.cache.num_blocks}) "
+                             f"for {chunk.seq_id!r}")
+        if len(table) * self.block_size < end:
+            raise ValueError(f"step {step_id}: {chunk.seq_id!r} has {len(table)} blocks, too few for "
+                             f"{end} tokens")
+
+    # --- the forward ----------------------------------------------------------------------
 
     def _compute(self, chunks: list[ScheduledChunk]) -> list:
-        slot_of = {c.seq_id: self._seqs[c.seq_id].slot for c in chunks}
-        ordered = order_chunks(chunks, slot_of)
-        self.cache.ensure_capacity(max(c.start_pos + len(c.token_ids) for c in ordered))
-        inputs = build_step_inputs(ordered, slot_of, self.device)
+        ordered = order_chunks(chunks)
+        tables = {c.seq_id: self._seqs[c.seq_id].blocks for c in ordered}
+        inputs = build_step_inputs(ordered, tables, self.block_size, self.device)
         with torch.inference_mode():
             hidden = self.decoder.forward(inputs, self.cache)  # [T, hidden]
             logits = self.decoder.logits(hidden[inputs.sample_rows])  # [S, V]
@@ -127,3 +161,31 @@ class ModelRunner:
                     seq.sampling.observe(torch.tensor(chunk.token_ids, device=self.device))
             states = {seq_id: self._seqs[seq_id].sampling for seq_id in inputs.sample_seq_ids}
             return sample(logits, inputs.sample_seq_ids, states)
+
+
+def profile_step(loaded: LoadedModel, config: EngineConfig) -> None:
+    """Run the largest step the engine schedules (one ``max_batched_tokens`` chunk, logits for
+    ``max_num_seqs`` rows) on a scratch cache."""
+    decoder, size = loaded.decoder, config.kv_block_size
+    tokens = min(config.max_batched_tokens, loaded.info.max_model_len)
+    blocks = list(range(1, -(-tokens // size) + 1))
+    scratch = PagedKVCache(decoder.num_layers, len(blocks) + 1, size, decoder.num_kv_heads, decoder.head_dim,
+                           loaded.dtype, loaded.device)
+    chunk = ScheduledChunk("profile", [0] * tokens, 0, True, blocks)
+    inputs = build_step_inputs([chunk], {"profile": blocks}, size, loaded.device)
+    with torch.inference_mode():
+        hidden = decoder.forward(inputs, scratch)
+        decoder.logits(hidden[: config.max_num_seqs])
+
+
+def activation_peak(loaded: LoadedModel, config: EngineConfig) -> int:
+    """Bytes a step's activations take on the GPU beyond what is allocated now (CUDA only)."""
+    device = loaded.device
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
+    profile_step(loaded, config)
+    torch.cuda.synchronize(device)
+    peak = torch.cuda.max_memory_allocated(device) - before
+    torch.cuda.empty_cache()
+    return max(0, peak)

@@ -24,7 +24,8 @@ def test_chat_completion(client, engine):
         {"index": 0, "message": {"role": "assistant", "content": expected}, "finish_reason": "stop", "logprobs": None}
     ]
     n_prompt = len("<user>hi<assistant>")
-    assert out["usage"] == {"prompt_tokens": n_prompt, "completion_tokens": n_prompt + 1, "total_tokens": 2 * n_prompt + 1}
+    assert out["usage"] == {"prompt_tokens": n_prompt, "completion_tokens": n_prompt + 1, "total_tokens": 2 * n_prompt + 1,
+                            "prompt_tokens_details": {"cached_tokens": 0}}
     prompts, params, _ = engine.submitted[0]
     # rendered with the chat template and tokenized without adding a second BOS
     assert prompts == [[ord(c) for c in "<user>hi<assistant>"]]
@@ -68,7 +69,8 @@ def test_completion_stream_with_usage(client):
     events = parse_sse(invoke(client, body).get_data())
     assert events[-1] == "[DONE]"
     usage_chunk = events[-2]
-    assert usage_chunk["choices"] == [] and usage_chunk["usage"] == {"prompt_tokens": 4, "completion_tokens": 4, "total_tokens": 8}
+    assert usage_chunk["choices"] == [] and usage_chunk["usage"] == {"prompt_tokens": 4, "completion_tokens": 4, "total_tokens": 8,
+                                                                  "prompt_tokens_details": {"cached_tokens": 0}}
     text_chunks = events[:-2]
     assert all(c["object"] == "text_completion" for c in text_chunks)
     assert "".join(c["choices"][0]["text"] for c in text_chunks) == "cba"

@@ -121,7 +121,8 @@ def test_stream_events(client):
     last = events[-1]
     assert last["generated_text"] == "cba"
     assert last["token"] == {"id": 2, "text": "", "logprob": -0.5, "special": True}
-    assert last["details"] == {"finish_reason": "eos_token", "generated_tokens": 4, "input_length": 4, "seed": 1}
+    assert last["details"] == {"finish_reason": "eos_token", "generated_tokens": 4, "input_length": 4, "cached_tokens": 0,
+                               "seed": 1}
 
 
 def test_stream_of_several_inputs_is_interleaved_with_their_index(client):

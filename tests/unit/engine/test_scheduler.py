@@ -17,7 +17,8 @@ from llm_byoc.protocol import (
 EOS = 2
 
 
-def make(max_num_seqs=4, max_batched_tokens=32, max_model_len=64, max_waiting=8) -> Scheduler:
+def make(max_num_seqs=4, max_batched_tokens=32, max_model_len=64, max_waiting=8, num_kv_blocks=65,
+         block_size=16, prefix_caching=True) -> Scheduler:
     return Scheduler(
         SchedulerLimits(
             max_num_seqs=max_num_seqs,
@@ -27,12 +28,15 @@ def make(max_num_seqs=4, max_batched_tokens=32, max_model_len=64, max_waiting=8)
             max_new_tokens_limit=1000,
             vocab_size=100,
             eos_token_ids=frozenset({EOS}),
+            num_kv_blocks=num_kv_blocks,
+            block_size=block_size,
+            enable_prefix_caching=prefix_caching,
         )
     )
 
 
-def add(s: Scheduler, seq_id: str, n_prompt: int, max_new_tokens=5, **params) -> None:
-    prompt = [10 + i % 50 for i in range(n_prompt)]
+def add(s: Scheduler, seq_id: str, n_prompt: int, max_new_tokens=5, prompt=None, **params) -> None:
+    prompt = prompt or [10 + (sum(map(ord, seq_id)) * 7 + i) % 50 for i in range(n_prompt)]  # rarely a shared prefix
     s.add(AddSequence(seq_id, prompt, SamplingParams(max_new_tokens=max_new_tokens, **params)))
 
 
@@ -66,7 +70,9 @@ def test_prefill_then_decode_until_length():
     assert batch.new == [] and batch.chunks[0].token_ids == [7] and batch.chunks[0].start_pos == 5
     _, updates = run_step(s)
     assert updates[0].finish_reason is FinishReason.LENGTH
-    assert s.num_running == 0 and s.schedule() is None
+    assert s.num_running == 0
+    assert s.schedule() == StepBatch(4, freed=["a"])  # the worker drops it even while idle
+    assert not s.has_work() and s.schedule() is None
 
 
 def test_continuous_batching_join_next_step_and_leave_when_finished():
@@ -215,4 +221,115 @@ def test_fail_and_finish_all():
     s.fail(["a"])
     assert s.num_running == 0
     assert s.finish_all() == ["b"]
+    assert s.num_waiting == 0 and s.num_running == 0
+    assert s.schedule() == StepBatch(2, freed=["a"])  # "b" never reached the worker
     assert not s.has_work()
+
+
+# --- KV memory: blocks, admission, preemption, prefix caching --------------------------
+
+
+def test_a_sequence_holds_the_blocks_its_tokens_need():
+    s = make(block_size=4)
+    add(s, "a", 6, max_new_tokens=10)
+    batch, _ = run_step(s)
+    assert batch.chunks[0].block_ids == [1, 2]  # 6 tokens: two blocks of 4
+    for expected in ([], [], [3], [], [], [], [4]):  # tokens 7, 8 fit; the 9th needs block 3 ...
+        batch, _ = run_step(s)
+        assert batch.chunks[0].block_ids == expected
+    assert s.kv_stats().blocks_used == 4 and s.kv_stats().tokens_used == 13
+
+
+def test_admission_waits_for_memory_then_proceeds():
+    s = make(max_num_seqs=4, block_size=4, num_kv_blocks=7, max_model_len=24)  # 6 usable blocks
+    add(s, "a", 16, max_new_tokens=2)  # 4 blocks
+    add(s, "b", 12, max_new_tokens=2)  # 3 blocks: does not fit beside "a" (and the reserve)
+    batch, _ = run_step(s)
+    assert [n.seq_id for n in batch.new] == ["a"] and s.num_waiting == 1
+    batch, updates = run_step(s)  # "a" decodes (a fifth block) and finishes
+    assert [u.finish_reason for u in updates] == [FinishReason.LENGTH]
+    batch, _ = run_step(s)
+    assert [n.seq_id for n in batch.new] == ["b"] and batch.freed == ["a"]
+
+
+def test_the_newest_sequence_is_preempted_and_resumes_where_it_was():
+    s = make(max_num_seqs=4, block_size=4, num_kv_blocks=7, max_model_len=24, max_batched_tokens=64)
+    add(s, "old", 8, max_new_tokens=12)
+    add(s, "new", 8, max_new_tokens=12)
+    out = {"old": [], "new": []}
+    preempted_at = None
+    for step in range(60):
+        batch = s.schedule()
+        if batch is None:
+            break
+        if "new" in batch.preempted:
+            preempted_at = step
+            assert "new" not in {c.seq_id for c in batch.chunks}
+        if preempted_at is not None and batch.new == [] and any(
+                c.seq_id == "new" and c.start_pos == 0 for c in batch.chunks):
+            chunk = next(c for c in batch.chunks if c.seq_id == "new")
+            assert len(chunk.token_ids) == 8 + len(out["new"])  # recomputed: prompt + what it had made
+        for update in s.postprocess(reply(batch, token=30)):
+            out[update.seq_id].extend(update.token_ids)
+    assert preempted_at is not None and s.num_preemptions >= 1
+    assert out == {"old": [30] * 12, "new": [30] * 12}  # nothing lost, nothing twice
+    assert s.kv_stats().preemptions == s.num_preemptions
+
+
+def test_an_aborted_preempted_sequence_is_still_freed_in_the_worker():
+    s = make(max_num_seqs=4, block_size=4, num_kv_blocks=5, max_model_len=16)
+    add(s, "old", 4, max_new_tokens=10)
+    add(s, "new", 4, max_new_tokens=10)
+    for _ in range(10):
+        batch = s.schedule()
+        s.postprocess(reply(batch))
+        if s.num_preemptions:
+            break
+    assert s.num_preemptions == 1 and s.num_waiting == 1
+    assert s.abort("new").finish_reason is FinishReason.ABORT
+    assert "new" in s.schedule().freed
+
+
+def test_prefix_caching_skips_cached_blocks_and_reports_them():
+    s = make(block_size=4, max_batched_tokens=64)
+    doc = list(range(20, 34))  # 14 tokens: three full blocks
+    add(s, "first", 0, max_new_tokens=1, prompt=doc + [40])
+    run_step(s)
+    add(s, "second", 0, max_new_tokens=1, prompt=doc + [41, 42])
+    batch, updates = run_step(s)
+    chunk = next(c for c in batch.chunks if c.seq_id == "second")
+    assert chunk.start_pos == 12 and chunk.token_ids == doc[12:] + [41, 42]
+    assert chunk.block_ids[:3] == [1, 2, 3]  # the first's blocks, shared
+    assert {u.seq_id: u.num_cached_tokens for u in updates} == {"second": 12}
+    stats = s.kv_stats()
+    assert stats.prefix_queried_tokens == 15 + 16 and stats.prefix_hit_tokens == 12
+
+
+def test_a_prompt_entirely_cached_still_computes_its_last_token():
+    s = make(block_size=4, max_batched_tokens=64)
+    prompt = list(range(20, 28))  # exactly two blocks
+    add(s, "a", 0, max_new_tokens=1, prompt=prompt)
+    run_step(s)
+    add(s, "b", 0, max_new_tokens=1, prompt=prompt)
+    batch, updates = run_step(s)
+    chunk = next(c for c in batch.chunks if c.seq_id == "b")
+    assert (chunk.start_pos, chunk.token_ids) == (4, prompt[4:])  # block 2 is recomputed for its logits
+    assert updates[0].num_cached_tokens == 4
+
+
+def test_prefix_caching_off_shares_nothing():
+    s = make(block_size=4, max_batched_tokens=64, prefix_caching=False)
+    add(s, "a", 0, max_new_tokens=1, prompt=list(range(20, 33)))
+    run_step(s)
+    add(s, "b", 0, max_new_tokens=1, prompt=list(range(20, 33)))
+    batch, updates = run_step(s)
+    assert batch.chunks[0].start_pos == 0 and updates[0].num_cached_tokens == 0
+    assert s.kv_stats().prefix_queried_tokens == 0
+
+
+def test_a_context_the_cache_cannot_hold_is_refused_with_the_numbers():
+    s = make(block_size=4, num_kv_blocks=9, max_model_len=32)  # 8 blocks: 32 tokens
+    with pytest.raises(InvalidRequest, match="context window is 32 tokens.*KV cache holds 32 tokens"):
+        add(s, "long", 32)
+    with pytest.raises(ValueError, match="KV cache holds 32 tokens, less than one sequence"):
+        make(block_size=4, num_kv_blocks=9, max_model_len=64)

@@ -33,7 +33,7 @@ def first_step(seq_id: str = "s", prompt=(5, 6, 7)) -> StepBatch:
     return StepBatch(
         step_id=1,
         new=[NewSequence(seq_id, SamplingParams())],
-        chunks=[ScheduledChunk(seq_id, list(prompt), 0, sample=True)],
+        chunks=[ScheduledChunk(seq_id, list(prompt), 0, sample=True, block_ids=[1])],
     )
 
 

@@ -1,40 +1,61 @@
-"""Step inputs: row order, sample rows, masks, compact vs gathered decode slots."""
+"""Step inputs: row order, sample rows, slots from block tables, masks, decode groups."""
 
 from __future__ import annotations
 
 import torch
 
 from llm_byoc.protocol import ScheduledChunk
-from llm_byoc.worker.batch import build_step_inputs, order_chunks
+from llm_byoc.worker.batch import DECODE_SPLIT_MIN, build_step_inputs, order_chunks
+from llm_byoc.worker.kv_cache import NULL_SLOT
 
 CPU = torch.device("cpu")
+BS = 4  # tokens per block
 
 
-def test_decodes_first_by_slot_then_prefills():
+def test_decodes_first_by_context_then_prefills():
     chunks = [
         ScheduledChunk("p", [1, 2, 3], 4, True),
         ScheduledChunk("d2", [9], 10, True),
         ScheduledChunk("d0", [8], 5, False),
     ]
-    slots = {"p": 1, "d2": 2, "d0": 0}
-    ordered = order_chunks(chunks, slots)
+    tables = {"p": [7, 3], "d2": [1, 2, 5], "d0": [4, 6]}
+    ordered = order_chunks(chunks)
     assert [c.seq_id for c in ordered] == ["d0", "d2", "p"]
-    inputs = build_step_inputs(ordered, slots, CPU)
+    inputs = build_step_inputs(ordered, tables, BS, CPU)
     assert inputs.token_ids.tolist() == [8, 9, 1, 2, 3]
     assert inputs.positions.tolist() == [5, 10, 4, 5, 6]
-    assert inputs.slots.tolist() == [0, 2, 1, 1, 1]
+    # position p of a sequence lives in block table[p // 4], offset p % 4
+    assert inputs.slot_mapping.tolist() == [6 * 4 + 1, 5 * 4 + 2, 3 * 4 + 0, 3 * 4 + 1, 3 * 4 + 2]
     assert inputs.sample_rows.tolist() == [1, 4] and inputs.sample_seq_ids == ["d2", "p"]
     span = inputs.prefills[0]
-    assert (span.row, span.length, span.slot, span.kv_len) == (2, 3, 1, 7)
-    assert span.mask[0, 0].sum(-1).tolist() == [5, 6, 7]  # the cached prefix plus a causal chunk
-    decode = inputs.decode
-    assert decode.gather is None and (decode.slot_lo, decode.slot_hi) == (0, 3)
-    assert decode.scatter.tolist() == [0, 2] and decode.kv_len == 11
-    assert decode.mask[:, 0, 0].sum(-1).tolist() == [6, 1, 11]  # idle slot 1 sees one key
+    assert (span.row, span.length, span.start) == (2, 3, 4)
+    assert span.gather.tolist() == [28, 29, 30, 31, 12, 13, 14]  # the cached prefix, then the chunk
+    assert span.mask[0, 0].sum(-1).tolist() == [5, 6, 7]  # causal over the cached prefix
+    (group,) = inputs.decode_groups
+    assert (group.row_lo, group.row_hi, group.kv_len) == (0, 2, 11)
+    rows = group.gather.view(2, 11)
+    assert rows[0, :6].tolist() == [16, 17, 18, 19, 24, 25] and set(rows[0, 6:].tolist()) == {NULL_SLOT}
+    assert rows[1].tolist() == [4, 5, 6, 7, 8, 9, 10, 11, 20, 21, 22]
+    assert group.mask[:, 0, 0].sum(-1).tolist() == [6, 11]
 
 
-def test_spread_slots_are_gathered():
-    chunks = [ScheduledChunk("a", [1], 3, True), ScheduledChunk("b", [2], 7, True)]
-    slots = {"a": 0, "b": 15}
-    decode = build_step_inputs(order_chunks(chunks, slots), slots, CPU).decode
-    assert decode.gather.tolist() == [0, 15] and decode.mask.shape == (2, 1, 1, 8)
+def test_a_prompt_from_position_zero_gathers_nothing():
+    inputs = build_step_inputs([ScheduledChunk("a", [1, 2, 3, 4, 5], 0, True)], {"a": [2, 9]}, BS, CPU)
+    span = inputs.prefills[0]
+    assert span.gather is None and span.mask is None
+    assert inputs.decode_groups == [] and inputs.slot_mapping.tolist() == [8, 9, 10, 11, 36]
+
+
+def test_equal_contexts_need_no_mask():
+    chunks = [ScheduledChunk("a", [1], 6, True), ScheduledChunk("b", [2], 6, True)]
+    (group,) = build_step_inputs(chunks, {"a": [1, 2], "b": [3, 4]}, BS, CPU).decode_groups
+    assert group.mask is None and group.kv_len == 7
+
+
+def test_very_different_contexts_decode_in_separate_groups():
+    long = DECODE_SPLIT_MIN * 3
+    tables = {"s1": [1], "s2": [2], "long": list(range(3, 3 + long // BS + 1))}
+    chunks = order_chunks([ScheduledChunk("long", [5], long - 1, True),
+                           ScheduledChunk("s1", [5], 2, True), ScheduledChunk("s2", [6], 3, True)])
+    groups = build_step_inputs(chunks, tables, BS, CPU).decode_groups
+    assert [(g.row_lo, g.row_hi, g.kv_len) for g in groups] == [(0, 2, 4), (2, 3, long)]

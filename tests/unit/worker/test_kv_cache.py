@@ -1,33 +1,25 @@
-"""KVCache grows in steps up to max_len, keeps its contents, and shrinks when idle."""
+"""The paged KV cache's storage: layout, the null block, a failed allocation."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from llm_byoc.worker.kv_cache import KVCache
+from llm_byoc.errors import ModelLoadError
+from llm_byoc.worker.kv_cache import NULL_SLOT, PagedKVCache
 
 
-def _cache(max_len: int = 100) -> KVCache:
-    return KVCache(2, 3, 2, 4, max_len, torch.float32, torch.device("cpu"), grow_by=32)
+def test_layout_is_token_major_blocks_with_a_zero_null_block():
+    cache = PagedKVCache(num_layers=2, num_blocks=5, block_size=4, kv_heads=3, head_dim=8,
+                         dtype=torch.float32, device=torch.device("cpu"))
+    assert len(cache.k) == len(cache.v) == 2 and cache.num_slots == 20
+    assert cache.k[0].shape == (20, 3, 8)
+    assert NULL_SLOT == 0
+    for layer in cache.k + cache.v:
+        assert bool((layer[:4] == 0).all())  # block 0: the null block
 
 
-def test_grows_in_steps_and_keeps_contents():
-    cache = _cache()
-    assert cache.capacity == 32 and cache.k[0].shape == (3, 2, 32, 4)
-    cache.k[1][2, :, 31] = 7.0
-    cache.ensure_capacity(33)
-    assert cache.capacity == 64 and bool((cache.k[1][2, :, 31] == 7.0).all())
-    cache.ensure_capacity(99)
-    assert cache.capacity == 100  # capped at max_len, not rounded past it
-    with pytest.raises(ValueError, match="exceed"):
-        cache.ensure_capacity(101)
-
-
-def test_release_memory_and_sizes():
-    cache = _cache()
-    cache.ensure_capacity(90)
-    cache.release_memory()
-    assert cache.capacity == 32
-    assert cache.bytes_per_token == 2 * 2 * 2 * 4 * 4
-    assert cache.max_bytes == cache.bytes_per_token * 3 * 100
+def test_an_allocation_that_cannot_be_made_is_a_load_error():
+    with pytest.raises(ModelLoadError, match="cannot allocate the KV cache"):
+        PagedKVCache(num_layers=1, num_blocks=2**40, block_size=16, kv_heads=8, head_dim=128,
+                     dtype=torch.float32, device=torch.device("cpu"))

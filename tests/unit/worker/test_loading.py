@@ -64,9 +64,9 @@ def test_context_longer_than_the_model_is_refused(tiny_opt_dir):
 
 def test_model_info(tiny_llama_dir):
     info = load_model(EngineConfig(model=str(tiny_llama_dir), max_num_seqs=5, max_model_len=128)).info
-    assert (info.model_type, info.max_model_len, info.num_slots, info.dtype) == ("llama", 128, 5, "float32")
+    assert (info.model_type, info.max_model_len, info.max_num_seqs, info.dtype) == ("llama", 128, 5, "float32")
     assert info.vocab_size == 384 and info.eos_token_ids == [2] and info.param_bytes > 0
-    assert info.kv_cache_bytes == 2 * 2 * 2 * 16 * 4 * 5 * 128  # K+V, layers, kv heads, head dim, fp32, slots, len
+    assert info.num_kv_blocks == 0  # the runner sizes and allocates the KV cache
 
 
 def _family_config(family: str):

@@ -42,7 +42,7 @@ def _call(conn, message):
 
 
 def _first_step() -> StepBatch:
-    chunk = ScheduledChunk("a", [5, 6, 7, 8], 0, True)
+    chunk = ScheduledChunk("a", [5, 6, 7, 8], 0, True, [1])
     return StepBatch(1, [NewSequence("a", SamplingParams(logprobs=True))], [chunk])
 
 
@@ -90,7 +90,7 @@ def test_run_worker_sends_ready_first(tiny_opt_dir):
     run_worker(child, EngineConfig(model=str(tiny_opt_dir), max_num_seqs=3, num_threads=1))
     ready = protocol.decode(parent.recv_bytes())
     assert isinstance(ready, WorkerReady)
-    assert ready.info.model_type == "opt" and ready.info.num_slots == 3
+    assert ready.info.model_type == "opt" and ready.info.max_num_seqs == 3
     assert ready.info.model_path == str(tiny_opt_dir) and ready.info.eos_token_ids == [2]
 
 

@@ -1,4 +1,5 @@
-"""ModelRunner: continuously batched greedy output equals HF generate, token for token."""
+"""ModelRunner on the paged KV cache: continuously batched greedy output equals HF generate,
+token for token, with prefix caching on and off and with preemption forced by a tiny pool."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from llm_byoc.worker.runner import ModelRunner
 from worker_reference import hf_greedy
 
 EOS = (2,)
+BS = 16  # the default block size
 
 
 def _prompts(seed: int, lengths: list[int], vocab: int = 384) -> list[list[int]]:
@@ -31,39 +33,79 @@ def _mixed_requests() -> list[Request]:
     ]
 
 
+def _shared_prefix_requests() -> list[Request]:
+    """Prefixes shared at different lengths: whole blocks, inside a block, a prompt that is
+    entirely cached (equal to an earlier one), and one that is a cached prompt's own prefix."""
+    doc = _prompts(21, [70])[0]
+    other = _prompts(22, [9])[0]
+    prompts = {
+        "base": doc[:50],
+        "same": doc[:50],  # entirely cached: only its last token is computed
+        "longer": doc[:50] + other,  # three cached blocks, then its own
+        "diverge": doc[:37] + other,  # diverges inside the third block: two blocks cached
+        "shorter": doc[:33],  # two blocks cached, then one token
+        "late": doc[:64] + other[:2],  # arrives after the others finished: their blocks stay cached
+    }
+    arrivals = {"base": 0, "same": 4, "longer": 4, "diverge": 6, "shorter": 6, "late": 30}
+    return [Request(name, p, SamplingParams(max_new_tokens=12), arrivals[name]) for name, p in prompts.items()]
+
+
 @pytest.fixture(scope="module", params=["tiny_opt_dir", "tiny_llama_dir"])
 def model_dir(request):
     return request.getfixturevalue(request.param)
 
 
-def test_continuous_batching_matches_generate(model_dir):
-    runner = ModelRunner.from_config(EngineConfig(model=str(model_dir), max_num_seqs=4))
+@pytest.fixture(scope="module")
+def runner(model_dir):
+    return ModelRunner.from_config(EngineConfig(model=str(model_dir), max_num_seqs=4))
+
+
+def _assert_matches_generate(model_dir, requests, outputs) -> None:
+    for request in requests:
+        expected = hf_greedy(model_dir, request.prompt, request.params.max_new_tokens)
+        assert outputs[request.seq_id] == expected, request.seq_id
+
+
+def test_continuous_batching_matches_generate(model_dir, runner):
     requests = _mixed_requests()
     result = drive(runner, requests, num_slots=4, token_budget=24, eos_token_ids=EOS)
     assert result.max_running == 4 and result.max_chunks_with_prefill >= 2  # the mix really happened
-    for request in requests:
-        expected = hf_greedy(model_dir, request.prompt, request.params.max_new_tokens)
-        assert result.outputs[request.seq_id] == expected, request.seq_id
-    assert runner.num_active == 0
+    _assert_matches_generate(model_dir, requests, result.outputs)
 
 
-def test_spread_slots_are_gathered(tiny_llama_dir):
-    """Decoding slots 0 and 7 of 8 (others idle) takes the gather path and stays exact."""
-    runner = ModelRunner.from_config(EngineConfig(model=str(tiny_llama_dir), max_num_seqs=8))
-    prompts = _prompts(11, [5, 6, 7, 8, 9, 10, 11, 12])
-    new = [NewSequence(f"s{i}", SamplingParams(max_new_tokens=8)) for i in range(8)]
-    chunks = [ScheduledChunk(f"s{i}", p, 0, True) for i, p in enumerate(prompts)]
-    out = runner.step(StepBatch(0, new, chunks))
-    last = {s.seq_id: s.token_id for s in out.samples}
-    got = {"s0": [last["s0"]], "s7": [last["s7"]]}
-    freed = [f"s{i}" for i in range(1, 7)]
-    for step in range(1, 8):
-        chunks = [ScheduledChunk(s, [got[s][-1]], len(prompts[int(s[1])]) + step - 1, True) for s in got]
-        out = runner.step(StepBatch(step, [], chunks, freed if step == 1 else []))
-        for sample in out.samples:
-            got[sample.seq_id].append(sample.token_id)
-    assert got["s0"] == hf_greedy(tiny_llama_dir, prompts[0], 8)
-    assert got["s7"] == hf_greedy(tiny_llama_dir, prompts[7], 8)
+@pytest.mark.parametrize("prefix_caching", [True, False])
+def test_shared_prefixes_match_generate_with_caching_on_and_off(model_dir, runner, prefix_caching):
+    requests = _shared_prefix_requests()
+    result = drive(runner, requests, num_slots=4, token_budget=32, eos_token_ids=EOS, prefix_caching=prefix_caching)
+    _assert_matches_generate(model_dir, requests, result.outputs)
+    if prefix_caching:
+        assert result.cached_tokens == {"base": 0, "same": 48, "longer": 48, "diverge": 32, "shorter": 32,
+                                        "late": 48}
+    else:
+        assert set(result.cached_tokens.values()) == {0}
+
+
+def test_preemption_forced_by_a_tiny_pool_matches_generate(model_dir, runner):
+    """Nine blocks of 16 for four sequences of up to 102 tokens: the newest are preempted and
+    recomputed, over and over, and every output is still exactly generate's."""
+    requests = _mixed_requests()
+    result = drive(runner, requests, num_slots=4, token_budget=24, eos_token_ids=EOS, num_blocks=9)
+    assert result.preemptions > 0
+    _assert_matches_generate(model_dir, requests, result.outputs)
+
+
+def test_preempted_sampling_goes_on_as_if_never_interrupted(tiny_llama_dir):
+    """Seeded sampling and a repetition penalty: the worker keeps each sequence's generator and
+    seen tokens across preemption, so a tiny pool gives exactly the tokens a roomy one gives."""
+    runner = ModelRunner.from_config(EngineConfig(model=str(tiny_llama_dir), max_num_seqs=4))
+    params = SamplingParams(max_new_tokens=30, temperature=0.9, top_p=0.95, seed=5, repetition_penalty=1.3)
+    requests = [Request(f"s{i}", p, params, arrive) for i, (p, arrive) in
+                enumerate(zip(_prompts(9, [20, 35, 12, 28]), [0, 0, 1, 2]))]
+    roomy = drive(runner, requests, num_slots=4, token_budget=24)
+    tight = drive(runner, [Request(f"t{r.seq_id}", r.prompt, r.params, r.arrive_step) for r in requests],
+                  num_slots=4, token_budget=24, num_blocks=7)
+    assert tight.preemptions > 0
+    assert {k.removeprefix("t"): v for k, v in tight.outputs.items()} == roomy.outputs
 
 
 def test_repetition_penalty_matches_generate(tiny_llama_dir):
@@ -76,6 +118,20 @@ def test_repetition_penalty_matches_generate(tiny_llama_dir):
     assert expected != hf_greedy(tiny_llama_dir, prompt, 20)  # the penalty changed something
 
 
+def test_scattered_block_tables_give_the_same_tokens(tiny_llama_dir):
+    """Blocks in no particular order (as after many frees) read back exactly."""
+    runner = ModelRunner.from_config(EngineConfig(model=str(tiny_llama_dir), max_num_seqs=2))
+    prompt = _prompts(4, [40])[0]
+    tokens, table = [], [9, 3, 11, 1]
+    out = runner.step(StepBatch(0, [NewSequence("a", SamplingParams())], [ScheduledChunk("a", prompt, 0, True, table[:3])]))
+    tokens.append(out.samples[0].token_id)
+    for i in range(10):
+        blocks = [table[3]] if 40 + i == 48 else []
+        out = runner.step(StepBatch(1 + i, [], [ScheduledChunk("a", [tokens[-1]], 40 + i, True, blocks)]))
+        tokens.append(out.samples[0].token_id)
+    assert tokens == hf_greedy(tiny_llama_dir, prompt, 11)
+
+
 def test_greedy_logprobs_are_log_softmax_of_model_logits(tiny_opt_dir):
     import torch
 
@@ -84,7 +140,7 @@ def test_greedy_logprobs_are_log_softmax_of_model_logits(tiny_opt_dir):
     runner = ModelRunner.from_config(EngineConfig(model=str(tiny_opt_dir), max_num_seqs=1))
     prompt = _prompts(5, [9])[0]
     params = SamplingParams(max_new_tokens=1, logprobs=True)
-    out = runner.step(StepBatch(0, [NewSequence("a", params)], [ScheduledChunk("a", prompt, 0, True)]))
+    out = runner.step(StepBatch(0, [NewSequence("a", params)], [ScheduledChunk("a", prompt, 0, True, [1])]))
     with torch.no_grad():
         logits = hf_model(str(tiny_opt_dir))(torch.tensor([prompt])).logits[0, -1]
     expected = torch.log_softmax(logits, -1)
@@ -92,33 +148,46 @@ def test_greedy_logprobs_are_log_softmax_of_model_logits(tiny_opt_dir):
     assert out.samples[0].logprob == pytest.approx(float(expected.max()), abs=1e-4)
 
 
+@pytest.fixture(scope="module")
+def opt_runner(tiny_opt_dir):
+    return ModelRunner.from_config(EngineConfig(model=str(tiny_opt_dir), max_num_seqs=2))
+
+
 @pytest.mark.parametrize(
-    "chunk, message",
+    "chunks, message",
     [
-        (ScheduledChunk("a", [5, 6], 3, True), "starts at 3, but 0 tokens are cached"),
-        (ScheduledChunk("a", [5, 999], 0, True), "token id out of range"),
-        (ScheduledChunk("a", [5] * 300, 0, True), "exceed the context of 256"),
-        (ScheduledChunk("a", [], 0, True), "empty chunk"),
-        (ScheduledChunk("zz", [5], 0, True), "unknown sequence 'zz'"),
+        ([ScheduledChunk("a", [5, 6], 3, True, [1])], "starts at 3, but 0 tokens are cached"),
+        ([ScheduledChunk("a", [5, 999], 0, True, [1])], "token id out of range"),
+        ([ScheduledChunk("a", [5] * 300, 0, True, list(range(1, 20)))], "exceed the context of 256"),
+        ([ScheduledChunk("a", [], 0, True, [1])], "empty chunk"),
+        ([ScheduledChunk("zz", [5], 0, True, [1])], "unknown sequence 'zz'"),
+        ([ScheduledChunk("a", [5] * 20, 0, True, [1])], "has 1 blocks, too few for 20 tokens"),
+        ([ScheduledChunk("a", [5], 0, True, [0])], "block id out of range"),
+        ([ScheduledChunk("a", [5], 0, True, [10**6])], "block id out of range"),
+        ([ScheduledChunk("a", [5], 0, True, [3]), ScheduledChunk("b", [6], 0, True, [3])], "both write block 3"),
     ],
 )
-def test_a_bad_batch_fails_clearly_and_changes_nothing(tiny_opt_dir, chunk, message):
-    runner = ModelRunner.from_config(EngineConfig(model=str(tiny_opt_dir), max_num_seqs=2))
-    batch = StepBatch(0, [NewSequence("a", SamplingParams())], [chunk])
+def test_a_bad_batch_fails_clearly_and_changes_nothing(opt_runner, chunks, message):
+    new = [NewSequence("a", SamplingParams()), NewSequence("b", SamplingParams())]
     with pytest.raises(ValueError, match=message):
-        runner.step(batch)
-    assert runner.num_active == 0
-    good = StepBatch(1, [NewSequence("a", SamplingParams())], [ScheduledChunk("a", [5, 6], 0, True)])
-    assert len(runner.step(good).samples) == 1
+        opt_runner.step(StepBatch(0, new, chunks))
+    assert opt_runner.num_active == 0
+    good = StepBatch(1, new[:1], [ScheduledChunk("a", [5, 6], 0, True, [1])], freed=[])
+    assert len(opt_runner.step(good).samples) == 1
+    opt_runner.step(StepBatch(2, freed=["a"]))
 
 
-def test_slot_accounting(tiny_opt_dir):
-    runner = ModelRunner.from_config(EngineConfig(model=str(tiny_opt_dir), max_num_seqs=2))
-    two = [NewSequence("a", SamplingParams()), NewSequence("b", SamplingParams())]
-    runner.step(StepBatch(0, two))
-    with pytest.raises(ValueError, match="1 new sequences but only 0 free KV slots"):
-        runner.step(StepBatch(1, [NewSequence("c", SamplingParams())]))
+def test_preempted_sequences_restart_from_position_zero(opt_runner):
+    opt_runner.step(StepBatch(0, [NewSequence("p", SamplingParams())], [ScheduledChunk("p", [5, 6, 7], 0, True, [2])]))
+    with pytest.raises(ValueError, match="preempted unknown sequence 'nobody'"):
+        opt_runner.step(StepBatch(1, preempted=["nobody"]))
+    opt_runner.step(StepBatch(2, preempted=["p"]))
+    with pytest.raises(ValueError, match="starts at 3, but 0 tokens are cached"):
+        opt_runner.step(StepBatch(3, [], [ScheduledChunk("p", [8], 3, True, [4])]))
+    out = opt_runner.step(StepBatch(4, [], [ScheduledChunk("p", [5, 6, 7, 8], 0, True, [4])]))
+    assert len(out.samples) == 1
     with pytest.raises(ValueError, match="already in use"):
-        runner.step(StepBatch(2, [NewSequence("a", SamplingParams())], freed=["nobody"]))
-    runner.step(StepBatch(3, [NewSequence("c", SamplingParams())], freed=["a", "a"]))  # freed first
-    assert runner.num_active == 2
+        opt_runner.step(StepBatch(5, [NewSequence("p", SamplingParams())], freed=["nobody"]))
+    opt_runner.step(StepBatch(6, [NewSequence("p", SamplingParams())], freed=["p", "p"]))  # freed first
+    assert opt_runner.num_active == 1
+    opt_runner.step(StepBatch(7, freed=["p"]))

@@ -14,9 +14,9 @@ import torch
 import torch.nn.functional as F
 from transformers.activations import ACT2FN
 
-from ..attention import cached_attention
+from ..attention import paged_attention
 from ..batch import StepInputs
-from ..kv_cache import KVCache
+from ..kv_cache import PagedKVCache
 from ..linear import Linear, MakeLinear, linear_factory
 
 
@@ -94,7 +94,7 @@ class LlamaDecoder:
     def num_layers(self) -> int:
         return len(self.layers)
 
-    def forward(self, inputs: StepInputs, cache: KVCache) -> torch.Tensor:
+    def forward(self, inputs: StepInputs, cache: PagedKVCache) -> torch.Tensor:
         h = F.embedding(inputs.token_ids, self.embed)  # [T, hidden]
         cos, sin = rope_tables(self.rotary, h, inputs.positions)  # [T, 1, D] each
         for index, layer in enumerate(self.layers):
@@ -113,7 +113,7 @@ class LlamaDecoder:
         qk = rotate(qk.view(rows, self.num_heads + self.num_kv_heads, self.head_dim), cos, sin)
         q, k = qk.split([self.num_heads, self.num_kv_heads], dim=1)  # [T, H, D], [T, KVH, D]
         v = v.view(rows, self.num_kv_heads, self.head_dim)
-        attn = cached_attention(q, k, v, k_cache, v_cache, inputs)  # [T, H, D]
+        attn = paged_attention(q, k, v, k_cache, v_cache, inputs)  # [T, H, D]
         h = h + layer.o(attn.reshape(rows, q_size))
         gate, up = layer.gate_up(rms_norm(h, layer.ln_mlp, self.eps)).chunk(2, dim=-1)
         return h + layer.down(self.act(gate) * up)

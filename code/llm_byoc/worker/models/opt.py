@@ -13,9 +13,9 @@ import torch
 import torch.nn.functional as F
 from transformers.activations import ACT2FN
 
-from ..attention import cached_attention
+from ..attention import paged_attention
 from ..batch import StepInputs
-from ..kv_cache import KVCache
+from ..kv_cache import PagedKVCache
 from ..linear import Linear, MakeLinear, linear_factory
 
 POSITION_OFFSET = 2  # OPTLearnedPositionalEmbedding: position p is row p + 2
@@ -89,7 +89,7 @@ class OPTDecoder:
     def num_layers(self) -> int:
         return len(self.layers)
 
-    def forward(self, inputs: StepInputs, cache: KVCache) -> torch.Tensor:
+    def forward(self, inputs: StepInputs, cache: PagedKVCache) -> torch.Tensor:
         h = F.embedding(inputs.token_ids, self.embed)  # [T, word_dim]
         if self.project_in is not None:
             h = self.project_in(h)  # [T, hidden]
@@ -111,7 +111,7 @@ class OPTDecoder:
         x = layer.ln_attn(h) if self.pre_norm else h
         q, k, v = layer.qkv(x).split(hidden, dim=-1)
         shape = (rows, self.num_heads, self.head_dim)
-        attn = cached_attention(q.view(shape), k.view(shape), v.view(shape), k_cache, v_cache, inputs)
+        attn = paged_attention(q.view(shape), k.view(shape), v.view(shape), k_cache, v_cache, inputs)
         h = h + layer.out(attn.reshape(rows, hidden))  # [T, hidden]
         if not self.pre_norm:
             h = layer.ln_attn(h)

@@ -1,0 +1,148 @@
+"""Which KV cache blocks each sequence holds, and the prefix cache over them.
+
+A sequence holds ``ceil(tokens / block_size)`` blocks for the tokens whose keys
+and values are (or are being) computed, so one long sequence no longer makes
+every other one reserve its length.
+
+Prefix caching: a full block is named by a hash of its tokens and of its
+parent block's hash, so equal hashes mean equal prefixes up to and including
+that block. The root of every chain is derived from the sequence's cache
+namespace (room for an adapter id and a per-tenant salt: sequences in other
+namespaces never share blocks). A new sequence whose prompt starts with cached
+blocks takes them and skips their prefill. At most ``num_tokens - 1`` tokens
+come from the cache, so the last prompt token is always computed and there are
+logits to sample.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from collections.abc import Sequence as TokenList
+
+from .block_pool import Block, BlockPool
+from .sequence import Sequence
+
+_ROOT_TAG = b"llm-byoc/kv/v1\x00"
+
+
+def root_hash(namespace: str) -> bytes:
+    return hashlib.sha256(_ROOT_TAG + namespace.encode("utf-8")).digest()
+
+
+def block_hash(parent: bytes, tokens: TokenList[int]) -> bytes:
+    digest = hashlib.sha256(parent)
+    digest.update(array("q", tokens).tobytes())
+    return digest.digest()
+
+
+class KVCacheManager:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
+        if block_size < 1:
+            raise ValueError(f"block_size must be >= 1, not {block_size}")
+        self.pool = BlockPool(num_blocks)
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.queried_tokens = 0
+        self.hit_tokens = 0
+
+    # --- sizes -------------------------------------------------------------------------
+
+    @property
+    def capacity_tokens(self) -> int:
+        return self.pool.num_usable * self.block_size
+
+    def blocks_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def can_ever_hold(self, num_tokens: int) -> bool:
+        return self.blocks_for(num_tokens) <= self.pool.num_usable
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.pool.num_free
+
+    # --- admission -----------------------------------------------------------------------
+
+    def cached_prefix(self, seq: Sequence) -> list[Block]:
+        """The longest run of cached full blocks ``seq``'s tokens start with (changes nothing)."""
+        if not self.enable_prefix_caching:
+            return []
+        limit = (seq.num_tokens - 1) // self.block_size  # the last token is always computed
+        hits: list[Block] = []
+        for digest in self._hashes(seq, limit):
+            block = self.pool.lookup(digest)
+            if block is None:
+                break
+            hits.append(block)
+        return hits
+
+    def admit(self, seq: Sequence, prefix: list[Block], num_tokens: int, reserve: int = 0) -> list[int] | None:
+        """Give a sequence with no blocks ``prefix`` plus fresh blocks for ``num_tokens`` tokens.
+
+        Returns its block ids, or None (nothing changed) when fewer than
+        ``reserve`` blocks would stay free. On success ``seq.num_computed`` is
+        the number of tokens the prefix already holds.
+        """
+        if seq.blocks:
+            raise ValueError(f"sequence {seq.seq_id} already holds blocks")
+        revived = sum(1 for block in prefix if block.ref_count == 0)  # they leave the free queue
+        fresh = self.blocks_for(num_tokens) - len(prefix)
+        if fresh < 0:
+            raise ValueError("the prefix covers more than the tokens asked for")
+        if self.pool.num_free - revived < fresh + reserve:
+            return None
+        self.pool.touch(prefix)
+        seq.blocks = prefix + self.pool.allocate(fresh)
+        seq.num_computed = len(prefix) * self.block_size
+        seq.num_registered = len(prefix)
+        if self.enable_prefix_caching:
+            self.queried_tokens += seq.num_tokens
+            self.hit_tokens += seq.num_computed
+        return [block.block_id for block in seq.blocks]
+
+    # --- growth, release ---------------------------------------------------------------
+
+    def grow(self, seq: Sequence, num_tokens: int) -> list[int] | None:
+        """Blocks for ``num_tokens`` tokens in all: the ids added, or None (nothing changed)."""
+        needed = self.blocks_for(num_tokens) - len(seq.blocks)
+        if needed <= 0:
+            return []
+        if needed > self.pool.num_free:
+            return None
+        added = self.pool.allocate(needed)
+        seq.blocks.extend(added)
+        return [block.block_id for block in added]
+
+    def cache_computed(self, seq: Sequence) -> None:
+        """Register the blocks whose every token is now computed (after a step)."""
+        if not self.enable_prefix_caching:
+            return
+        full = min(seq.num_computed // self.block_size, len(seq.blocks))
+        if full <= seq.num_registered:
+            return
+        hashes = self._hashes(seq, full)
+        for index in range(seq.num_registered, full):
+            self.pool.cache(seq.blocks[index], hashes[index])
+        seq.num_registered = full
+
+    def free(self, seq: Sequence) -> None:
+        """Release every block of ``seq`` (tail first: its prefix is evicted last)."""
+        self.pool.free(list(reversed(seq.blocks)))
+        seq.blocks = []
+        seq.num_registered = 0
+
+    def unfilled_slots(self, seq: Sequence) -> int:
+        return max(0, len(seq.blocks) * self.block_size - seq.num_computed)
+
+    # --- hashes ----------------------------------------------------------------------------
+
+    def _hashes(self, seq: Sequence, num_blocks: int) -> list[bytes]:
+        """The hashes of ``seq``'s first ``num_blocks`` full blocks (kept on the sequence)."""
+        hashes = seq.block_hashes
+        size = self.block_size
+        while len(hashes) < num_blocks:
+            index = len(hashes)
+            parent = hashes[-1] if hashes else root_hash(seq.cache_namespace)
+            hashes.append(block_hash(parent, seq.token_ids[index * size : (index + 1) * size]))
+        return hashes

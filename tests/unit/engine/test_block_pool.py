@@ -1,0 +1,58 @@
+"""BlockPool: reference counts, LRU free queue, prefix map and its eviction."""
+
+from __future__ import annotations
+
+import pytest
+
+from llm_byoc.engine.block_pool import NULL_BLOCK, BlockPool
+
+
+def test_the_null_block_is_never_handed_out():
+    pool = BlockPool(4)
+    assert pool.num_usable == 3 and pool.num_free == 3
+    assert NULL_BLOCK not in [b.block_id for b in pool.allocate(3)]
+    with pytest.raises(ValueError, match="1 blocks asked for, 0 free"):
+        pool.allocate(1)
+    with pytest.raises(ValueError, match="at least 2 blocks"):
+        BlockPool(1)
+
+
+def test_freed_blocks_return_least_recently_used_first():
+    pool = BlockPool(5)
+    a, b, c, d = pool.allocate(4)
+    pool.free([c, a])  # c first: it is evicted first
+    pool.free([d])
+    assert [blk.block_id for blk in pool.allocate(3)] == [c.block_id, a.block_id, d.block_id]
+
+
+def test_shared_blocks_free_only_with_their_last_reference():
+    pool = BlockPool(3)
+    (block,) = pool.allocate(1)
+    pool.touch([block])
+    pool.free([block])
+    assert pool.num_free == 1 and block.ref_count == 1
+    pool.free([block])
+    assert pool.num_free == 2
+    with pytest.raises(ValueError, match="freed more often"):
+        pool.free([block])
+
+
+def test_a_cached_free_block_can_be_revived_until_it_is_reallocated():
+    pool = BlockPool(3)
+    block, other = pool.allocate(2)
+    pool.cache(block, b"h1")
+    pool.free([block])
+    assert pool.lookup(b"h1") is block and pool.num_cached == 1
+    pool.touch([block])  # a prefix hit: out of the free queue again
+    assert pool.num_free == 0 and block.ref_count == 1
+    pool.free([block, other])
+    assert [b.block_id for b in pool.allocate(1)] == [block.block_id]  # LRU: the cached one goes first
+    assert pool.lookup(b"h1") is None and pool.num_cached == 0 and block.block_hash is None
+
+
+def test_first_holder_of_a_hash_wins():
+    pool = BlockPool(3)
+    a, b = pool.allocate(2)
+    pool.cache(a, b"same")
+    pool.cache(b, b"same")
+    assert pool.lookup(b"same") is a and b.block_hash is None
