@@ -101,7 +101,7 @@ class EngineConfig:
     model: str = DEFAULT_MODEL_DIR
     dtype: str = "auto"  # auto: bfloat16/float16 on CUDA, float32 on CPU
     device: str = "auto"  # auto: cuda when available, else cpu
-    max_num_seqs: int = 16  # running batch size (KV cache slots)
+    max_num_seqs: int = 16  # sequences in one step's batch (memory is the KV cache's business)
     max_batched_tokens: int = 256  # tokens computed in one step (prefill chunks + decodes); 256 halves TTFT vs 512 at equal throughput on CPU
     max_model_len: int | None = None  # None: the model's own limit, capped at 4096
     max_new_tokens_limit: int = 2048

@@ -3,7 +3,7 @@
 The generator owns the request handle. Whatever ends it — the last token, an
 engine error, the request budget running out, or the client going away (the
 WSGI server closes the generator: GeneratorExit at the current ``yield``) —
-the sequences are aborted if they had not finished, so their batch slots and
+the sequences are aborted if they had not finished, so their batch places and
 KV cache are freed at the next engine step. Once the 200 and the first bytes
 are out, an error can only be reported in-band, as a last event
 ``{"error": ..., "type": ...}``.

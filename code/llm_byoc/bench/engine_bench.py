@@ -2,7 +2,7 @@
 
     python -m llm_byoc.bench.engine_bench [--num-requests 32] [--concurrency 16]
         [--max-new-tokens 64] [--threads N] [--dtype float32|bfloat16]
-        [--linear-backend auto|onednn|aten] [--skip-baselines] [--json OUT]
+        [--linear-backend auto|onednn|aten] [--no-prefix-caching] [--skip-baselines] [--json OUT]
 
 SmolLM2-135M on CPU, fp32 by default (``--dtype bfloat16`` for both sides).
 ``concurrency`` closed-loop client threads each submit their next request
@@ -103,7 +103,7 @@ def run_engine(engine, prompts: list[str], max_new_tokens: int, concurrency: int
     return run
 
 
-def _line(name: str, tokens_per_s: float, ttft: list[float], e2e: list[float], itl: list[float] | None) -> str:
+def result_line(name: str, tokens_per_s: float, ttft: list[float], e2e: list[float], itl: list[float] | None) -> str:
     def ms(values, q):
         d = distribution(values)
         return "-" if d.count == 0 else f"{1000 * getattr(d, q):.0f}"
@@ -113,18 +113,22 @@ def _line(name: str, tokens_per_s: float, ttft: list[float], e2e: list[float], i
             f"{itl_text} {ms(e2e, 'p50'):>6}/{ms(e2e, 'p99'):<6}")
 
 
-def _start_engine(args: argparse.Namespace, model_dir: str):
+def start_engine(model_dir: str, **settings):
+    """An in-process engine on ``model_dir`` (EngineConfig ``settings``), loaded and warmed up."""
     from ..engine.llm_engine import LLMEngine
 
-    config = EngineConfig(
-        model=model_dir, dtype=args.dtype, device="cpu", max_num_seqs=args.concurrency,
-        max_batched_tokens=args.max_batched_tokens, num_threads=args.threads,
-        linear_backend=args.linear_backend,
-    )
-    engine = LLMEngine.start(config)
+    engine = LLMEngine.start(EngineConfig(model=model_dir, device="cpu", **settings))
     engine.wait_ready(timeout_s=300)
     engine.generate(["Warm-up request."], SamplingParams(max_new_tokens=4))  # first-step costs
     return engine
+
+
+def _start_engine(args: argparse.Namespace, model_dir: str):
+    return start_engine(
+        model_dir, dtype=args.dtype, max_num_seqs=args.concurrency, max_batched_tokens=args.max_batched_tokens,
+        num_threads=args.threads, linear_backend=args.linear_backend,
+        enable_prefix_caching=not args.no_prefix_caching,
+    )
 
 
 def _run_baselines(args: argparse.Namespace, model_dir: str, prompts: list[str]) -> list:
@@ -166,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--linear-backend", default="auto", choices=LINEAR_BACKENDS,
                         help="the engine's projection kernels (worker/linear.py; default auto: "
                              "oneDNN prepacked weights on CPU); the baselines run stock transformers")
+    parser.add_argument("--no-prefix-caching", action="store_true", help="the engine without prefix caching")
     parser.add_argument("--skip-baselines", action="store_true")
     parser.add_argument("--json", help="write the figures to this file")
     return parser
@@ -190,9 +195,9 @@ def main(argv: list[str] | None = None) -> int:
           f"model {model_dir} ({args.dtype}, {args.linear_backend} linear, {args.threads or 'default'} threads)")
     print(f"CPU: {cpu.describe_line()}")
     print(f"{'':<30} {'tok/s':>8}  {'TTFT ms p50/p99':<14} {'ITL ms p50/p99':<14} {'E2E ms p50/p99'}")
-    print(_line("engine (continuous)", run.tokens_per_s, run.ttft_s, run.e2e_s, run.itl_s))
+    print(result_line("engine (continuous)", run.tokens_per_s, run.ttft_s, run.e2e_s, run.itl_s))
     for base in baselines:
-        print(_line(base.name, base.tokens_per_s, base.ttft_s, base.e2e_s, None))
+        print(result_line(base.name, base.tokens_per_s, base.ttft_s, base.e2e_s, None))
     for base in baselines:
         print(f"engine / {base.name}: {run.tokens_per_s / base.tokens_per_s:.2f}x")
     if len(baselines) > 2:

@@ -31,12 +31,12 @@ def _prompt(length: int, vocab: int, rng: random.Random) -> list[int]:
 
 
 def _tables(runner: ModelRunner, ids: list[str], tokens: int) -> dict[str, list[int]]:
-    """Block tables for ``ids`` of ``tokens`` each, spread over the pool as a busy engine leaves them."""
+    """Block tables for ``ids`` of ``tokens`` each, consecutive blocks per sequence from the start
+    of the pool, as the engine hands out a fresh pool's blocks to prompts admitted together."""
     per_seq = -(-tokens // runner.block_size)
     free = list(range(1, runner.cache.num_blocks))
     if per_seq * len(ids) > len(free):
         raise SystemExit(f"the KV cache holds {len(free)} blocks; {len(ids)} x {tokens} tokens need more")
-    random.Random(0).shuffle(free)
     return {seq_id: free[i * per_seq : (i + 1) * per_seq] for i, seq_id in enumerate(ids)}
 
 

@@ -1,0 +1,82 @@
+"""The engine benchmark on this tree and on an earlier commit, alternating, in one session.
+
+    python -m llm_byoc.bench.against_commit REV [--rounds 2] [--variant NAME=ARGS ...] -- [engine_bench args]
+
+Checks REV out into a temporary git worktree and runs ``engine_bench
+--skip-baselines`` (with the given arguments) from each tree in turn, round
+after round, so that load on a shared machine falls on both alike. Extra
+``--variant`` runs of this tree add arguments (``--variant "no prefix
+caching=--no-prefix-caching"``). Prints each run and the medians, with the
+ratio of each to REV, and writes them as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from .. import cpu
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _run(code_dir: Path, bench_args: list[str]) -> dict:
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        env = dict(os.environ, PYTHONPATH=str(code_dir))
+        command = [sys.executable, "-m", "llm_byoc.bench.engine_bench", "--skip-baselines", *bench_args,
+                   "--json", out.name]
+        child = subprocess.run(command, env=env, capture_output=True, text=True, timeout=3600)
+        if child.returncode != 0:
+            raise SystemExit(f"{' '.join(command)} failed in {code_dir}:\n{child.stderr[-2000:]}")
+        engine = json.loads(Path(out.name).read_text())["engine"]
+    return {"tokens_per_s": engine["tokens_per_s"], "ttft_p50_s": statistics.median(engine["ttft_s"]),
+            "itl_p50_s": statistics.median(engine["itl_s"]), "errors": len(engine["errors"])}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    bench_args = argv[argv.index("--") + 1:] if "--" in argv else []
+    own = argv[: argv.index("--")] if "--" in argv else argv
+    parser = argparse.ArgumentParser(prog="python -m llm_byoc.bench.against_commit", description=__doc__.split("\n")[0])
+    parser.add_argument("rev", help="the commit to compare with (e.g. HEAD~1)")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--variant", action="append", default=[], help="NAME=ARGS: another run of this tree")
+    parser.add_argument("--json", help="write the figures to this file")
+    args = parser.parse_args(own)
+    old = Path(tempfile.mkdtemp(prefix="llm_byoc_rev_"))
+    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(old), args.rev],
+                   check=True, capture_output=True)
+    subjects = {"this tree": (REPO / "code", bench_args), args.rev: (old / "code", bench_args)}
+    for variant in args.variant:
+        name, _, extra = variant.partition("=")
+        subjects[name] = (REPO / "code", bench_args + shlex.split(extra))
+    runs: dict[str, list[dict]] = {name: [] for name in subjects}
+    try:
+        for _ in range(args.rounds):
+            for name, (code_dir, run_args) in subjects.items():
+                runs[name].append(_run(code_dir, run_args))
+                print(f"{name:<24} {runs[name][-1]}", flush=True)
+    finally:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(old)], capture_output=True)
+    medians = {name: {key: statistics.median(r[key] for r in rs) for key in rs[0]} for name, rs in runs.items()}
+    base = medians[args.rev]
+    print(f"CPU: {cpu.describe_line()}; engine_bench {' '.join(bench_args)}; medians of {args.rounds} rounds")
+    for name, m in medians.items():
+        print(f"{name:<24} {m['tokens_per_s']:8.1f} tok/s ({m['tokens_per_s'] / base['tokens_per_s']:.3f}x {args.rev})"
+              f"  TTFT p50 {1000 * m['ttft_p50_s']:6.0f} ms  ITL p50 {1000 * m['itl_p50_s']:5.1f} ms")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"args": vars(args), "bench_args": bench_args, "cpu": cpu.describe(),
+                                               "runs": runs, "medians": medians}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
