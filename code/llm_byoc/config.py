@@ -101,7 +101,7 @@ class EngineConfig:
     model: str = DEFAULT_MODEL_DIR
     dtype: str = "auto"  # auto: bfloat16/float16 on CUDA, float32 on CPU
     device: str = "auto"  # auto: cuda when available, else cpu
-    max_num_seqs: int = 16  # sequences in one step's batch (memory is the KV cache's business)
+    max_num_seqs: int = 0  # sequences in one step's batch; 0: auto (worker/loading.py); memory is the KV cache's business
     max_batched_tokens: int = 256  # tokens computed in one step (prefill chunks + decodes); 256 halves TTFT vs 512 at equal throughput on CPU
     max_model_len: int | None = None  # None: the model's own limit, capped at 4096
     max_new_tokens_limit: int = 2048
@@ -119,7 +119,7 @@ class EngineConfig:
         _require(bool(self.model), f"{ENV_MODEL} must name a model source")
         _require(self.dtype in _DTYPES, f"{ENV_DTYPE} must be one of {_DTYPES}, not {self.dtype!r}")
         _require(self.device in _DEVICES, f"{ENV_DEVICE} must be one of {_DEVICES}, not {self.device!r}")
-        _require(self.max_num_seqs >= 1, f"{ENV_MAX_NUM_SEQS} must be >= 1")
+        _require(self.max_num_seqs >= 0, f"{ENV_MAX_NUM_SEQS} must be >= 1, or 0 for the device's default")
         _require(self.max_batched_tokens >= 16, f"{ENV_MAX_BATCHED_TOKENS} must be >= 16")
         _require(
             self.max_model_len is None or self.max_model_len >= 16,
@@ -149,7 +149,7 @@ class EngineConfig:
             model=env.get(ENV_MODEL) or DEFAULT_MODEL_DIR,
             dtype=env.get(ENV_DTYPE, "auto") or "auto",
             device=env.get(ENV_DEVICE, "auto") or "auto",
-            max_num_seqs=_int(env, ENV_MAX_NUM_SEQS, 16),
+            max_num_seqs=_int(env, ENV_MAX_NUM_SEQS, 0),
             max_batched_tokens=_int(env, ENV_MAX_BATCHED_TOKENS, 256),
             max_model_len=max_len or None,
             max_new_tokens_limit=_int(env, ENV_MAX_NEW_TOKENS, 2048),

@@ -71,8 +71,9 @@ class ContractError(Exception):
 
 
 class FakeRunner:
-    def __init__(self, model: FakeModel):
+    def __init__(self, model: FakeModel, max_num_seqs: int | None = None):
         self.model = model
+        self.max_num_seqs = max_num_seqs or model.max_num_seqs
         self.cache: dict[str, list[int]] = {}  # seq_id -> tokens "in the KV cache"
         self.tables: dict[str, list[int]] = {}  # seq_id -> its block table
 
@@ -89,8 +90,8 @@ class FakeRunner:
             if new.seq_id in self.cache:
                 raise ContractError(f"sequence {new.seq_id} announced twice")
             self.cache[new.seq_id], self.tables[new.seq_id] = [], []
-        if len(self.cache) > self.model.max_num_seqs:
-            raise ContractError(f"{len(self.cache)} sequences > {self.model.max_num_seqs} in a batch")
+        if len(self.cache) > self.max_num_seqs:
+            raise ContractError(f"{len(self.cache)} sequences > {self.max_num_seqs} in a batch")
         samples = []
         for chunk in batch.chunks:
             samples.extend(self._chunk(chunk))
@@ -141,14 +142,14 @@ def run_fake_worker(conn, config, model: FakeModel = FakeModel()) -> None:
         eos_token_ids=[model.eos_token_id],
         device="cpu",
         dtype="float32",
-        max_num_seqs=model.max_num_seqs,
+        max_num_seqs=config.max_num_seqs or model.max_num_seqs,  # as the real worker resolves it
         load_time_s=model.load_delay_s,
         kv_block_size=model.block_size,
         num_kv_blocks=model.num_kv_blocks,
         kv_bytes_per_token=64,
     )
     send(WorkerReady(info))
-    runner, steps = FakeRunner(model), 0
+    runner, steps = FakeRunner(model, info.max_num_seqs), 0
     while True:
         message = protocol.decode(conn.recv_bytes())
         if isinstance(message, Shutdown):

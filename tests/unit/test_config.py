@@ -54,7 +54,13 @@ def test_bad_server_settings_name_the_variable(env, name):
     [
         ({"LLM_BYOC_DTYPE": "float8"}, "LLM_BYOC_DTYPE"),
         ({"LLM_BYOC_DEVICE": "tpu"}, "LLM_BYOC_DEVICE"),
-        ({"LLM_BYOC_MAX_NUM_SEQS": "0"}, "LLM_BYOC_MAX_NUM_SEQS"),
+        ({"LLM_BYOC_MAX_NUM_SEQS": "-1"}, "LLM_BYOC_MAX_NUM_SEQS"),
+        ({"LLM_BYOC_KV_CACHE_MEMORY": "lots"}, "LLM_BYOC_KV_CACHE_MEMORY"),
+        ({"LLM_BYOC_KV_CACHE_MEMORY": "-2GiB"}, "LLM_BYOC_KV_CACHE_MEMORY"),
+        ({"LLM_BYOC_GPU_MEMORY_UTILIZATION": "1.5"}, "LLM_BYOC_GPU_MEMORY_UTILIZATION"),
+        ({"LLM_BYOC_GPU_MEMORY_UTILIZATION": "most"}, "LLM_BYOC_GPU_MEMORY_UTILIZATION"),
+        ({"LLM_BYOC_KV_BLOCK_SIZE": "0"}, "LLM_BYOC_KV_BLOCK_SIZE"),
+        ({"LLM_BYOC_PREFIX_CACHING": "sometimes"}, "LLM_BYOC_PREFIX_CACHING"),
         ({"LLM_BYOC_MAX_BATCHED_TOKENS": "8"}, "LLM_BYOC_MAX_BATCHED_TOKENS"),
         ({"LLM_BYOC_LINEAR_BACKEND": "mkl"}, "LLM_BYOC_LINEAR_BACKEND"),
         ({"LLM_BYOC_STEP_TIMEOUT": "-1"}, "LLM_BYOC_STEP_TIMEOUT"),
@@ -63,6 +69,16 @@ def test_bad_server_settings_name_the_variable(env, name):
 def test_bad_engine_settings_name_the_variable(env, name):
     with pytest.raises(ConfigError, match=name):
         EngineConfig.from_env(env)
+
+
+def test_kv_cache_settings():
+    default = EngineConfig.from_env({})
+    assert (default.kv_cache_memory, default.gpu_memory_utilization, default.kv_block_size) == ("auto", 0.9, 16)
+    assert default.enable_prefix_caching and default.max_num_seqs == 0  # 0: the device's default
+    custom = EngineConfig.from_env({"LLM_BYOC_KV_CACHE_MEMORY": "2GiB", "LLM_BYOC_PREFIX_CACHING": "false",
+                                    "LLM_BYOC_KV_BLOCK_SIZE": "32", "LLM_BYOC_GPU_MEMORY_UTILIZATION": "0.8"})
+    assert (custom.kv_cache_memory, custom.enable_prefix_caching, custom.kv_block_size) == ("2GiB", False, 32)
+    assert custom.gpu_memory_utilization == 0.8
 
 
 @pytest.mark.parametrize(

@@ -125,7 +125,8 @@ def start_engine(model_dir: str, **settings):
 
 def _start_engine(args: argparse.Namespace, model_dir: str):
     return start_engine(
-        model_dir, dtype=args.dtype, max_num_seqs=args.concurrency, max_batched_tokens=args.max_batched_tokens,
+        model_dir, dtype=args.dtype, max_num_seqs=args.max_num_seqs or args.concurrency,
+        max_batched_tokens=args.max_batched_tokens,
         num_threads=args.threads, linear_backend=args.linear_backend,
         enable_prefix_caching=not args.no_prefix_caching,
     )
@@ -161,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--num-requests", type=int, default=32)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--max-num-seqs", type=int, default=0, help="the engine's batch limit (0: --concurrency)")
     parser.add_argument("--max-batched-tokens", type=int, default=256,
                         help="engine token budget per step (default 256: the first wave of 16 "
                              "prompts is prefilled in two chunks, which halves the median TTFT)")

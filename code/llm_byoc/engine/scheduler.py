@@ -91,7 +91,7 @@ class SchedulerLimits:
         if config.max_model_len is not None:
             max_model_len = min(max_model_len, config.max_model_len)
         return cls(
-            max_num_seqs=max(1, min(config.max_num_seqs, info.max_num_seqs)),
+            max_num_seqs=info.max_num_seqs,  # the worker resolved LLM_BYOC_MAX_NUM_SEQS for its device
             max_batched_tokens=config.max_batched_tokens,
             max_model_len=max_model_len,
             max_waiting=config.max_waiting,

@@ -100,6 +100,7 @@ def size_kv_cache(
     config: EngineConfig,
     per_token: int,
     max_model_len: int,
+    max_num_seqs: int,
     device: torch.device,
     activation_peak: Callable[[], int] = lambda: 0,
 ) -> KVCacheSize:
@@ -114,7 +115,7 @@ def size_kv_cache(
         budget, how = cpu_kv_budget(config.kv_cache_memory, cgroup_memory_limit(), available_memory())
     blocks_per_seq = -(-max_model_len // block_size)
     num_blocks = budget // per_block + 1  # + the null block, which holds nothing
-    ceiling = POOL_CEILING_PER_SEQ * config.max_num_seqs * blocks_per_seq + 1
+    ceiling = POOL_CEILING_PER_SEQ * max_num_seqs * blocks_per_seq + 1
     if num_blocks > ceiling:
         num_blocks = ceiling
         how += f"; capped at {POOL_CEILING_PER_SEQ} full-length contexts per batch slot"

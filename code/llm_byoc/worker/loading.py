@@ -20,6 +20,10 @@ from .models import build_decoder, check_supported
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_MODEL_LEN = 4096
+# Sequences in one batch when LLM_BYOC_MAX_NUM_SEQS is not set. A CPU step is bound by reading the
+# weights, so a wider batch costs little more per step (SmolLM2-135M, 2 cores: see the README);
+# a GPU has room for far more.
+DEFAULT_MAX_NUM_SEQS = {"cpu": 64, "cuda": 256}
 
 
 @dataclass
@@ -63,13 +67,14 @@ def load_model(config: EngineConfig) -> LoadedModel:
     tokenizer = load_tokenizer(folder, config.trust_remote_code)  # the front end needs it to work
     hf_model = load_causal_lm(folder, config.dtype, config.device, config.trust_remote_code)
     device, dtype = hf_model.device, hf_model.dtype
+    max_num_seqs = config.max_num_seqs or DEFAULT_MAX_NUM_SEQS.get(device.type, 64)
     try:
         backend, backend_reason = resolve_backend(config.linear_backend, device, dtype)
     except ValueError as exc:
         raise ModelLoadError(str(exc)) from None
     log.info("linear kernels: %s (%s)", backend, backend_reason)
     with torch.no_grad():  # fused weights (torch.cat) must not keep the originals alive through autograd
-        decoder = build_decoder(hf_model, max_len, linear_factory(backend, batch_hint=config.max_num_seqs))
+        decoder = build_decoder(hf_model, max_len, linear_factory(backend, batch_hint=max_num_seqs))
     param_bytes = sum(p.numel() * p.element_size() for p in hf_model.parameters())
     if backend != "aten":  # every projection is a copy now: let the checkpoint's memory map go
         own_tensors(decoder)
@@ -81,7 +86,7 @@ def load_model(config: EngineConfig) -> LoadedModel:
         eos_token_ids=eos_token_ids(hf_model, tokenizer),
         device=str(device),
         dtype=str(dtype).removeprefix("torch."),
-        max_num_seqs=config.max_num_seqs,
+        max_num_seqs=max_num_seqs,
         load_time_s=round(time.monotonic() - started, 3),
         param_bytes=param_bytes,
         linear_backend=backend,

@@ -60,7 +60,8 @@ class ModelRunner:
         loaded = load_model(config)
         decoder = loaded.decoder
         per_token = bytes_per_token(decoder.num_layers, decoder.num_kv_heads, decoder.head_dim, loaded.dtype)
-        size = size_kv_cache(config, per_token, loaded.info.max_model_len, loaded.device,
+        info = loaded.info
+        size = size_kv_cache(config, per_token, info.max_model_len, info.max_num_seqs, loaded.device,
                              activation_peak=lambda: activation_peak(loaded, config))
         log.info("KV cache: %d blocks of %d tokens = %d tokens, %.2f GiB (%s)", size.num_blocks - 1,
                  size.block_size, (size.num_blocks - 1) * size.block_size, size.total_bytes / 1024**3, size.how)
@@ -175,7 +176,7 @@ def profile_step(loaded: LoadedModel, config: EngineConfig) -> None:
     inputs = build_step_inputs([chunk], {"profile": blocks}, size, loaded.device)
     with torch.inference_mode():
         hidden = decoder.forward(inputs, scratch)
-        decoder.logits(hidden[: config.max_num_seqs])
+        decoder.logits(hidden[: loaded.info.max_num_seqs])
 
 
 def activation_peak(loaded: LoadedModel, config: EngineConfig) -> int:

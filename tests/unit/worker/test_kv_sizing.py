@@ -48,7 +48,7 @@ def test_cuda_budget_is_the_share_less_what_is_in_use_and_a_step():
 
 def test_the_pool_is_capped_at_a_few_contexts_per_batch_slot():
     config = EngineConfig(model="m", max_num_seqs=2, kv_cache_memory="1GiB", kv_block_size=16)
-    size = size_kv_cache(config, per_token=512, max_model_len=64, device=CPU)
+    size = size_kv_cache(config, per_token=512, max_model_len=64, max_num_seqs=2, device=CPU)
     assert size.num_blocks == kv_sizing.POOL_CEILING_PER_SEQ * 2 * 4 + 1 and "capped" in size.how
 
 
@@ -56,7 +56,7 @@ def test_a_pool_that_cannot_hold_one_full_sequence_fails_the_load():
     config = EngineConfig(model="m", kv_cache_memory="1MiB")
     with pytest.raises(ModelLoadError, match=r"holds \d+ tokens at 45.0 KiB a token, less than one sequence of "
                                              r"the context length 4096"):
-        size_kv_cache(config, per_token=46080, max_model_len=4096, device=CPU)
+        size_kv_cache(config, per_token=46080, max_model_len=4096, max_num_seqs=64, device=CPU)
 
 
 def test_the_runner_reports_its_cache(tiny_llama_dir):
