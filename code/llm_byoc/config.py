@@ -36,16 +36,24 @@ ENV_KV_CACHE_MEMORY = "LLM_BYOC_KV_CACHE_MEMORY"
 ENV_GPU_MEMORY_UTILIZATION = "LLM_BYOC_GPU_MEMORY_UTILIZATION"
 ENV_KV_BLOCK_SIZE = "LLM_BYOC_KV_BLOCK_SIZE"
 ENV_PREFIX_CACHING = "LLM_BYOC_PREFIX_CACHING"
+ENV_MAX_LORAS = "LLM_BYOC_MAX_LORAS"
+ENV_MAX_CPU_LORAS = "LLM_BYOC_MAX_CPU_LORAS"
+ENV_MAX_LORA_RANK = "LLM_BYOC_MAX_LORA_RANK"
+ENV_ADAPTERS_DIR = "LLM_BYOC_ADAPTERS_DIR"
+ENV_ADAPTER_ROOTS = "LLM_BYOC_ADAPTER_ROOTS"
 # Server
 ENV_HTTP_THREADS = "LLM_BYOC_HTTP_THREADS"
 ENV_ENGINE_SOCKET = "LLM_BYOC_ENGINE_SOCKET"
 ENV_GRACEFUL_TIMEOUT = "LLM_BYOC_GRACEFUL_TIMEOUT"
 ENV_LOG_LEVEL = "LLM_BYOC_LOG_LEVEL"
+ENV_SERVED_MODEL_NAME = "LLM_BYOC_SERVED_MODEL_NAME"
 # Multi-model
 ENV_MODEL_ROOT = "LLM_BYOC_MODEL_ROOT"
 ENV_MEMORY_BUDGET = "LLM_BYOC_MEMORY_BUDGET"
 
 DEFAULT_MODEL_DIR = "/opt/ml/model"
+DEFAULT_ADAPTERS_DIR = "/opt/ml/model/adapters"
+DEFAULT_ADAPTER_ROOTS = ("/opt/ml",)
 DEFAULT_MODEL_ROOT = "/opt/ml/models"
 
 _DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -114,6 +122,11 @@ class EngineConfig:
     gpu_memory_utilization: float = 0.90  # CUDA: the share of the GPU's memory weights + activations + KV may use
     kv_block_size: int = 16  # tokens per KV cache block
     enable_prefix_caching: bool = True
+    max_loras: int = 8  # LoRA adapters one step's batch may use
+    max_cpu_loras: int = 32  # adapters kept loaded in the worker's memory (least recently used go)
+    max_lora_rank: int = 64
+    adapters_dir: str = DEFAULT_ADAPTERS_DIR  # every <name>/ folder here is registered at start-up
+    adapter_roots: tuple[str, ...] = DEFAULT_ADAPTER_ROOTS  # a registered adapter's src must lie under one
 
     def __post_init__(self) -> None:
         _require(bool(self.model), f"{ENV_MODEL} must name a model source")
@@ -138,6 +151,10 @@ class EngineConfig:
             f"{ENV_GPU_MEMORY_UTILIZATION} must be in (0, 1], not {self.gpu_memory_utilization}",
         )
         _require(1 <= self.kv_block_size <= 1024, f"{ENV_KV_BLOCK_SIZE} must be from 1 to 1024")
+        _require(self.max_loras >= 1, f"{ENV_MAX_LORAS} must be >= 1")
+        _require(self.max_cpu_loras >= self.max_loras, f"{ENV_MAX_CPU_LORAS} must be >= {ENV_MAX_LORAS}")
+        _require(1 <= self.max_lora_rank <= 512, f"{ENV_MAX_LORA_RANK} must be from 1 to 512")
+        _require(bool(self.adapter_roots), f"{ENV_ADAPTER_ROOTS} must name at least one folder")
         if self.kv_cache_memory != "auto":
             parse_memory_size(self.kv_cache_memory, 1, ENV_KV_CACHE_MEMORY)  # the form is checked here
 
@@ -162,6 +179,11 @@ class EngineConfig:
             gpu_memory_utilization=_float(env, ENV_GPU_MEMORY_UTILIZATION, 0.90),
             kv_block_size=_int(env, ENV_KV_BLOCK_SIZE, 16),
             enable_prefix_caching=_bool(env, ENV_PREFIX_CACHING, True),
+            max_loras=_int(env, ENV_MAX_LORAS, 8),
+            max_cpu_loras=_int(env, ENV_MAX_CPU_LORAS, max(32, _int(env, ENV_MAX_LORAS, 8))),
+            max_lora_rank=_int(env, ENV_MAX_LORA_RANK, 64),
+            adapters_dir=env.get(ENV_ADAPTERS_DIR) or DEFAULT_ADAPTERS_DIR,
+            adapter_roots=tuple(p for p in (env.get(ENV_ADAPTER_ROOTS) or ":".join(DEFAULT_ADAPTER_ROOTS)).split(":") if p),
         )
 
 
@@ -179,6 +201,7 @@ class ServerConfig:
     engine_socket: str = "/tmp/llm_byoc_engine.sock"
     graceful_timeout_s: int = 30  # SIGTERM: in-flight streams get this long to finish
     log_level: str = "info"
+    served_model_name: str = ""  # the base model's name in responses and OpenAI "model"; "": the folder's name
 
     def __post_init__(self) -> None:
         _require(0 < self.port < 65536, f"{ENV_BIND_PORT} must be a TCP port, not {self.port}")
@@ -201,6 +224,7 @@ class ServerConfig:
             engine_socket=env.get(ENV_ENGINE_SOCKET) or "/tmp/llm_byoc_engine.sock",
             graceful_timeout_s=_int(env, ENV_GRACEFUL_TIMEOUT, 30),
             log_level=(env.get(ENV_LOG_LEVEL) or "info").lower(),
+            served_model_name=(env.get(ENV_SERVED_MODEL_NAME) or "").strip(),
         )
 
 

@@ -41,6 +41,16 @@ class ModelAlreadyLoaded(ServingError):
     error_type = "model_already_loaded"
 
 
+class AdapterNotFound(ServingError):
+    status_code = 404
+    error_type = "adapter_not_found"
+
+
+class AdapterExists(ServingError):
+    status_code = 409
+    error_type = "adapter_exists"
+
+
 class PayloadTooLarge(ServingError):
     status_code = 413
     error_type = "payload_too_large"
@@ -90,6 +100,8 @@ _BY_TYPE: dict[str, type[ServingError]] = {
         InvalidRequest,
         ModelNotFound,
         ModelAlreadyLoaded,
+        AdapterNotFound,
+        AdapterExists,
         PayloadTooLarge,
         UnsupportedMediaType,
         QueueFull,

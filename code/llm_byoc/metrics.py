@@ -76,6 +76,16 @@ class ServingMetrics:
         self.prefix_queried = Gauge(f"{PREFIX}_prefix_cache_queried_tokens", "Prompt tokens looked up in the prefix cache since start", registry=r, multiprocess_mode="mostrecent")
         self.prefix_hits = Gauge(f"{PREFIX}_prefix_cache_hit_tokens", "Prompt tokens served from the prefix cache since start", registry=r, multiprocess_mode="mostrecent")
         self.preemptions = Gauge(f"{PREFIX}_num_preemptions", "Sequences preempted (KV cache full) since start", registry=r, multiprocess_mode="mostrecent")
+        self.adapter_requests = Counter(f"{PREFIX}_lora_requests", "Generation requests per LoRA adapter", ["adapter"], registry=r)
+        self.adapter_tokens = Counter(f"{PREFIX}_lora_generated_tokens", "Output tokens per LoRA adapter", ["adapter"], registry=r)
+        self.adapters = Gauge(f"{PREFIX}_lora_adapters", "LoRA adapters: registered, loaded in memory, active in the batch's slots", ["state"], registry=r, multiprocess_mode="mostrecent")
+        self.adapter_loads = Gauge(f"{PREFIX}_lora_loads", "LoRA adapter loads since start", registry=r, multiprocess_mode="mostrecent")
+        self.adapter_load_seconds = Gauge(f"{PREFIX}_lora_load_seconds_total", "Time spent loading LoRA adapters since start", registry=r, multiprocess_mode="mostrecent")
+        # The shape Kubernetes LLM gateways read (vLLM's vllm:lora_requests_info): the value is when it was set.
+        self.lora_info = Gauge(f"{PREFIX}_lora_requests_info", "Adapters of running and waiting sequences, and how many one step may use",
+                               ["running_lora_adapters", "waiting_lora_adapters", "max_lora"], registry=r, multiprocess_mode="mostrecent")
+        self.lora_info_vllm = Gauge("vllm:lora_requests_info", "vLLM's name for llm_byoc_lora_requests_info (for gateways)",
+                                    ["running_lora_adapters", "waiting_lora_adapters", "max_lora"], registry=r, multiprocess_mode="mostrecent")
         self.model_load = Histogram(f"{PREFIX}_model_load_seconds", "Model load time", ["model"], buckets=LOAD_BUCKETS, registry=r)
         self.cache_hits = Counter(f"{PREFIX}_model_cache_hits", "Multi-model: requests for a model already loaded", registry=r)
         self.cache_misses = Counter(f"{PREFIX}_model_cache_misses", "Multi-model: requests that had to load their model", registry=r)
@@ -198,6 +208,25 @@ def set_kv_cache_usage(fraction: float) -> None:
     get_metrics().kv_cache.set(min(max(fraction, 0.0), 1.0))
 
 
+def count_adapter_request(adapter: str, tokens: int) -> None:
+    m = get_metrics()
+    m.adapter_requests.labels(adapter=adapter).inc()
+    if tokens > 0:
+        m.adapter_tokens.labels(adapter=adapter).inc(tokens)
+
+
+def _set_lora(m: ServingMetrics, lora) -> None:
+    for state, count in (("registered", lora.registered), ("loaded", lora.loaded), ("active", len(lora.active))):
+        m.adapters.labels(state=state).set(count)
+    m.adapter_loads.set(lora.loads)
+    m.adapter_load_seconds.set(lora.load_seconds_total)
+    labels = {"running_lora_adapters": ",".join(lora.running), "waiting_lora_adapters": ",".join(lora.waiting),
+              "max_lora": str(lora.max_loras)}
+    for gauge in (m.lora_info, m.lora_info_vllm):
+        gauge.clear()  # one series: the current sets
+        gauge.labels(**labels).set(time.time())
+
+
 def observe_model_load(model: str, seconds: float) -> None:
     get_metrics().model_load.labels(model=model).observe(seconds)
 
@@ -243,6 +272,8 @@ def engine_refresher(engine, metrics: ServingMetrics | None = None) -> Callable[
             m.prefix_queried.set(kv.prefix_queried_tokens)
             m.prefix_hits.set(kv.prefix_hit_tokens)
             m.preemptions.set(kv.preemptions)
+        if health.lora is not None:
+            _set_lora(m, health.lora)
         info = health.info
         if info is None:
             return

@@ -18,6 +18,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from .adapters.messages import (
+    AdapterActivation,
+    AdapterCommand,
+    AdapterLoadResult,
+    AdapterReply,
+    AdapterSpec,
+    AdapterStatus,
+    LoRAStats,
+)
 from .errors import InvalidRequest
 from .wire import MessageCodec
 
@@ -110,6 +119,8 @@ class ModelInfo:
     num_kv_blocks: int = 0  # blocks in the pool, the null block (id 0) included
     kv_bytes_per_token: int = 0  # keys + values of one token, all layers
     linear_backend: str = ""  # the projection kernels the worker chose (worker/linear.py)
+    num_layers: int = 0
+    lora_modules: dict[str, list[int]] = field(default_factory=dict)  # module -> [in, out]; {}: no LoRA
 
     @property
     def kv_cache_bytes(self) -> int:
@@ -127,6 +138,7 @@ class NewSequence:
 
     seq_id: str
     params: SamplingParams
+    adapter: str = ""  # the uid of its LoRA adapter (active in a slot); "": the base model
 
 
 @dataclass(frozen=True)
@@ -155,6 +167,10 @@ class StepBatch:
     chunks: list[ScheduledChunk] = field(default_factory=list)
     freed: list[str] = field(default_factory=list)  # finished: drop these sequences' state first
     preempted: list[str] = field(default_factory=list)  # drop their block tables, keep their sampling state
+    # LoRA, handled before anything else: forget, load into memory, copy into the batch's slots
+    drop_adapters: list[str] = field(default_factory=list)  # uids
+    load_adapters: list[AdapterSpec] = field(default_factory=list)
+    activate_adapters: list[AdapterActivation] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -169,6 +185,7 @@ class StepOutput:
     step_id: int
     samples: list[SampledToken]
     elapsed_s: float = 0.0
+    adapter_results: list[AdapterLoadResult] = field(default_factory=list)  # one per load_adapters entry
 
 
 @dataclass(frozen=True)
@@ -198,6 +215,7 @@ class AddSequence:
     seq_id: str
     prompt_token_ids: list[int]
     params: SamplingParams
+    adapter: str = ""  # a registered adapter's name; "": the base model
 
 
 @dataclass(frozen=True)
@@ -265,6 +283,7 @@ class HealthReport:
     num_waiting: int = 0
     num_running: int = 0
     kv_cache: KVCacheStats | None = None
+    lora: LoRAStats | None = None
 
 
 # --- codec ----------------------------------------------------------------------
@@ -294,6 +313,13 @@ _CODEC = MessageCodec(
         HealthRequest,
         KVCacheStats,
         HealthReport,
+        AdapterSpec,
+        AdapterActivation,
+        AdapterLoadResult,
+        AdapterStatus,
+        AdapterCommand,
+        AdapterReply,
+        LoRAStats,
     ),
     enums=(FinishReason, EngineState),
     error=ProtocolError,

@@ -24,6 +24,7 @@ from ..errors import EngineDead, EngineNotReady, PayloadTooLarge
 from ..logging_setup import context_from_headers, reset_request_context, set_request_context
 from ..metrics import engine_refresher, register_metrics_route
 from ..protocol import EngineState, KVCacheStats, ModelInfo
+from .adapters import chosen_adapter, register_adapter_routes
 from .body import read_json
 from .errors import error_response, register_error_handlers
 from .request_log import RequestLog
@@ -38,7 +39,8 @@ MIB = 1024 * 1024
 def create_app(engine: Any, config: ServerConfig) -> Flask:
     app = _base_app(config)
     register_metrics_route(app, refresh=engine_refresher(engine))
-    model = _ModelFacts(engine)
+    register_adapter_routes(app, engine, config.max_payload_bytes)
+    model = _ModelFacts(engine, config.served_model_name)
 
     @app.get("/ping")
     def ping():
@@ -59,7 +61,9 @@ def create_app(engine: Any, config: ServerConfig) -> Flask:
         request_log: RequestLog = g.request_log
         ctx = model.context(request_log.request_id)
         engine_id = f"{request_log.request_id}-{secrets.token_hex(4)}"  # unique even if a caller reuses ids
-        handle = engine.submit(invocation.prompts, invocation.params, request_id=engine_id)
+        adapter = chosen_adapter(request.headers, invocation.adapter, invocation.model, model.base_names())
+        request_log.adapter = adapter
+        handle = engine.submit(invocation.prompts, invocation.params, request_id=engine_id, adapter=adapter)
         if invocation.stream:
             g.streaming = True
             frames = stream_frames(handle, invocation.stream_writer(ctx), config.timeout_s, request_log)
@@ -153,9 +157,19 @@ def _base_app(config: ServerConfig) -> Flask:
 class _ModelFacts:
     """What responses say about the model, read from the engine once it is ready."""
 
-    def __init__(self, engine: Any):
+    def __init__(self, engine: Any, served_name: str = ""):
         self._engine = engine
+        self._served_name = served_name
         self._info: ModelInfo | None = None
+
+    def name(self) -> str:
+        info = self.info()
+        return self._served_name or (os.path.basename(info.model_path.rstrip("/")) if info else "model")
+
+    def base_names(self) -> set[str]:
+        """The names an OpenAI ``model`` field may give the base model."""
+        info = self.info()
+        return {self.name(), *((info.model_path, info.model_path.rstrip("/")) if info else ())}
 
     def info(self) -> ModelInfo | None:
         if self._info is None:
@@ -171,7 +185,7 @@ class _ModelFacts:
         eos = frozenset(info.eos_token_ids) if info else frozenset()
         return ResponseContext(
             request_id=request_id,
-            model_name=os.path.basename(info.model_path.rstrip("/")) if info else "model",
+            model_name=self.name(),
             tokenizer=tokenizer,
             eos_token_ids=eos,
             special_token_ids=eos | frozenset(getattr(tokenizer, "all_special_ids", None) or ()),

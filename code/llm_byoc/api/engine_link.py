@@ -89,8 +89,17 @@ class EngineLink:
             return HealthReport(EngineState.LOADING, "loading the tokenizer", report.info)
         return report
 
-    def submit(self, prompts, params, request_id: str | None = None):
-        return self._require().submit(prompts, params, request_id=request_id)
+    def submit(self, prompts, params, request_id: str | None = None, adapter: str | None = None):
+        return self._require().submit(prompts, params, request_id=request_id, adapter=adapter)
+
+    def register_adapter(self, name: str, src: str, preload: bool = False):
+        return self._require().register_adapter(name, src, preload=preload)
+
+    def unregister_adapter(self, name: str):
+        return self._require().unregister_adapter(name)
+
+    def list_adapters(self):
+        return self._require().list_adapters()
 
     @property
     def tokenizer(self) -> Any:

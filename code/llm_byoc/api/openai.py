@@ -47,8 +47,9 @@ class OpenAIInvocation:
     params: SamplingParams
     stream: bool
     chat: bool
-    model: str | None = None
+    model: str | None = None  # the served model's name, or an adapter's
     include_usage: bool = False
+    adapter: str | None = None  # (TGI's parameters.adapter_id; OpenAI bodies name adapters in "model")
 
     @property
     def object_name(self) -> str:

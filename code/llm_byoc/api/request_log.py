@@ -13,7 +13,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from ..metrics import RequestTimer, add_prompt_tokens
+from ..metrics import RequestTimer, add_prompt_tokens, count_adapter_request
 
 log = logging.getLogger("llm_byoc.access")
 
@@ -29,6 +29,7 @@ class RequestLog:
     completion_tokens: dict[int, int] = field(default_factory=dict)
     done: bool = False
     timer: RequestTimer = field(default_factory=RequestTimer)  # TTFT / ITL / E2E metrics
+    adapter: str | None = None  # the LoRA adapter a generation ran on
 
     def on_token(self, event) -> None:
         if event.token_id is not None:
@@ -51,6 +52,8 @@ class RequestLog:
         if self.completion_tokens:  # a generation request (not /ping, /metrics, ...)
             self.timer.finish()
             add_prompt_tokens(sum(self.prompt_tokens.values()))
+            if self.adapter:
+                count_adapter_request(self.adapter, sum(self.completion_tokens.values()))
         elapsed_ms = (time.monotonic() - self.started) * 1000
         parts = [
             f"request_id={self.request_id}",
@@ -58,6 +61,8 @@ class RequestLog:
             f"status={status}",
             f"duration_ms={elapsed_ms:.1f}",
         ]
+        if self.adapter:
+            parts.append(f"adapter={self.adapter}")
         if self.completion_tokens:
             parts.append(f"prompt_tokens={sum(self.prompt_tokens.values())}")
             parts.append(f"completion_tokens={sum(self.completion_tokens.values())}")

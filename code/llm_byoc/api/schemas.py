@@ -48,6 +48,8 @@ class Invocation(Protocol):
     prompts: list[str] | list[list[int]]
     params: SamplingParams
     stream: bool
+    adapter: str | None  # an adapter named in the body's own way
+    model: str | None  # OpenAI's "model" (the served model or an adapter)
 
     def response(self, results: list[GenerationResult], ctx: ResponseContext) -> Any: ...
 

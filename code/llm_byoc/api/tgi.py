@@ -48,6 +48,7 @@ PARAMETER_FIELDS = (
     "return_full_text",
     "details",
     "ignore_eos",
+    "adapter_id",
 )
 
 
@@ -58,6 +59,8 @@ class TGIInvocation:
     stream: bool
     details: bool = False
     return_full_text: bool = False
+    adapter: str | None = None  # parameters.adapter_id
+    model: str | None = None  # (OpenAI's field; TGI bodies have none)
 
     def response(self, results: list[GenerationResult], ctx: ResponseContext) -> list[dict]:
         return [self._one(result, ctx) for result in results]
@@ -156,12 +159,16 @@ def parse(body: dict) -> TGIInvocation:
         ignore_eos=bool(opt_bool(parameters, "ignore_eos")),
         logprobs=details or stream,
     )
+    adapter = parameters.get("adapter_id")
+    if adapter is not None and (not isinstance(adapter, str) or not adapter):
+        raise InvalidRequest("adapter_id must be a non-empty string")
     return TGIInvocation(
         prompts=prompts,
         params=params,
         stream=stream,
         details=details,
         return_full_text=bool(opt_bool(parameters, "return_full_text")),
+        adapter=adapter,
     )
 
 

@@ -15,7 +15,8 @@ from collections import deque
 from collections.abc import Callable
 from multiprocessing.connection import Client
 
-from ..errors import EngineDead, EngineNotReady, ServingError
+from ..adapters.messages import AdapterCommand, AdapterReply
+from ..errors import EngineDead, EngineNotReady, RequestTimeout, ServingError
 from ..protocol import (
     AbortSequence,
     AddSequence,
@@ -42,12 +43,21 @@ class _Reply:
         self.done = threading.Event()
 
 
+class _Call:
+    """An adapter command waiting for its AdapterReply."""
+
+    def __init__(self):
+        self.reply: AdapterReply | None = None
+        self.done = threading.Event()
+
+
 class SocketCoreClient:
     def __init__(self, socket_path: str, on_outputs: Callable[[EngineOutputs], None], timeout_s: float = 30.0):
         self._on_outputs = on_outputs
         self._send_lock = threading.Lock()
         self._replies: deque[_Reply] = deque()
         self._live: set[str] = set()  # sequences added and not finished
+        self._calls: dict[int, _Call] = {}  # adapter commands waiting for their reply, by call id
         self._dead: str | None = None
         self._conn = _connect(socket_path, timeout_s)
         threading.Thread(target=self._read_loop, name="engine-client-read", daemon=True).start()
@@ -70,6 +80,22 @@ class SocketCoreClient:
     def abort(self, seq_ids: list[str]) -> None:
         if seq_ids:
             self._send([AbortSequence(s) for s in seq_ids], None, done=seq_ids)
+
+    def adapter_command(self, command: AdapterCommand, timeout_s: float) -> AdapterReply:
+        """Send one adapter command; its reply comes by call id (a preload may take a while)."""
+        call = _Call()
+        with self._send_lock:
+            self._calls[command.call_id] = call
+        try:
+            self._send([command], None)
+            if not call.done.wait(timeout_s):
+                raise RequestTimeout(f"the engine did not answer the adapter command within {timeout_s:g} s")
+        finally:
+            with self._send_lock:
+                self._calls.pop(command.call_id, None)
+        if call.reply is None:
+            raise EngineDead(self._dead or "lost the connection to the engine server")
+        return call.reply
 
     def health(self) -> HealthReport:
         reply = _Reply()
@@ -132,6 +158,12 @@ class SocketCoreClient:
                 message = ipc.recv(self._conn)
                 if isinstance(message, EngineOutputs):
                     self._on_engine_outputs(message)
+                elif isinstance(message, AdapterReply):
+                    with self._send_lock:
+                        call = self._calls.get(message.call_id)
+                    if call is not None:
+                        call.reply = message
+                        call.done.set()
                 elif isinstance(message, HealthReport):
                     with self._send_lock:
                         reply = self._replies.popleft() if self._replies else None
@@ -163,8 +195,9 @@ class SocketCoreClient:
             self._dead = detail
             replies, self._replies = list(self._replies), deque()
             live, self._live = sorted(self._live), set()
-        for reply in replies:
-            reply.done.set()
+            calls = list(self._calls.values())
+        for waiter in [*replies, *calls]:
+            waiter.done.set()
         if live:
             rejected = [SequenceRejected(s, EngineDead.error_type, detail) for s in live]
             self._on_outputs(EngineOutputs(rejected=rejected))

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from ..config import EngineConfig
 from ..errors import EngineDead, EngineNotReady, ServingError
 from ..executor import StepFailed, WorkerProcess
+from ..adapters.messages import AdapterCommand, AdapterReply
 from ..protocol import (
     AddSequence,
     EngineOutputs,
@@ -27,6 +28,8 @@ from ..protocol import (
     HealthReport,
     SequenceRejected,
 )
+from .adapter_control import AdapterControl
+from .adapter_registry import AdapterRegistry
 from .scheduler import Scheduler, SchedulerLimits
 
 log = logging.getLogger(__name__)
@@ -42,6 +45,7 @@ class EngineCore:
         self._on_outputs = on_outputs
         self._cond = threading.Condition()
         self._scheduler: Scheduler | None = None  # created once the model is loaded
+        self._adapters: AdapterControl | None = None  # likewise
         self._dead_detail: str | None = None
         self._thread = threading.Thread(target=self._run, name="engine-step-loop", daemon=True)
 
@@ -53,10 +57,22 @@ class EngineCore:
     # --- requests ----------------------------------------------------------------
 
     def add(self, request: AddSequence) -> None:
-        """Queue a sequence; raises InvalidRequest, QueueFull, EngineNotReady or EngineDead."""
+        """Queue a sequence; raises InvalidRequest, AdapterNotFound, QueueFull, EngineNotReady or EngineDead."""
         with self._cond:
             self._raise_unless_ready()
-            self._scheduler.add(request)
+            adapter = self._adapters.resolve(request.adapter) if request.adapter else None
+            self._scheduler.add(request, adapter)
+            self._cond.notify()
+
+    def adapter_command(self, command: AdapterCommand, reply: Callable[[AdapterReply], None]) -> None:
+        """Register, remove or list adapters; ``reply`` is called once (maybe later, from the step loop)."""
+        with self._cond:
+            try:
+                self._raise_unless_ready()
+            except ServingError as exc:
+                reply(AdapterReply(command.call_id, error_type=exc.error_type, message=exc.message))
+                return
+            self._adapters.handle(command, reply)
             self._cond.notify()
 
     def abort(self, seq_id: str) -> None:
@@ -80,6 +96,7 @@ class EngineCore:
                 num_waiting=sched.num_waiting if sched else 0,
                 num_running=sched.num_running if sched else 0,
                 kv_cache=sched.kv_stats() if sched else None,
+                lora=sched.lora_stats(len(self._adapters.registry)) if sched else None,
             )
 
     @property
@@ -112,7 +129,10 @@ class EngineCore:
             self._on_worker_dead(exc.message)
             return
         with self._cond:
-            self._scheduler = Scheduler(SchedulerLimits.from_config(self.config, info))
+            scheduler = Scheduler(SchedulerLimits.from_config(self.config, info))
+            self._adapters = AdapterControl(AdapterRegistry(self.config, info), scheduler)
+            self._adapters.start(self.config.adapters_dir)
+            self._scheduler = scheduler
             self._cond.notify_all()
         log.info("engine ready: %s (%s, %s)", info.model_path, info.device, info.dtype)
         while self._wait_for_work():
@@ -144,8 +164,10 @@ class EngineCore:
             return
         with self._cond:
             updates = self._scheduler.postprocess(output)
-            if updates:
-                self._on_outputs(EngineOutputs(updates=updates))
+            self._adapters.on_step(output)
+            rejected = self._scheduler.drain_rejected()
+            if updates or rejected:
+                self._on_outputs(EngineOutputs(updates=updates, rejected=rejected))
 
     def _fail_step(self, seq_ids: list[str], exc: StepFailed) -> None:
         """The worker survived but this step failed: fail its sequences, keep the rest."""
@@ -160,6 +182,8 @@ class EngineCore:
             if self._dead_detail is not None:
                 return  # already dead, or shutting down
             self._dead_detail = detail
+            if self._adapters is not None:
+                self._adapters.fail_waiting(f"the engine died: {detail}")
             ids = self._scheduler.finish_all() if self._scheduler else []
             if ids:
                 message = f"the engine died: {detail}"
@@ -172,6 +196,8 @@ class EngineCore:
         with self._cond:
             if self._dead_detail is None:
                 self._dead_detail = "the engine is shut down"
+            if self._adapters is not None:
+                self._adapters.fail_waiting("the engine is shutting down")
             ids = self._scheduler.finish_all() if self._scheduler else []
             if ids:
                 rejected = [SequenceRejected(s, EngineDead.error_type, "the engine is shutting down") for s in ids]

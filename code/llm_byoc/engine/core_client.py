@@ -8,16 +8,21 @@ request is refused, none of them stays queued and the error is raised.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Protocol
 
+from ..adapters.messages import AdapterCommand, AdapterReply
 from ..config import EngineConfig
+from ..errors import RequestTimeout
 from ..protocol import AddSequence, EngineOutputs, HealthReport
 from .core import EngineCore
 
 
 class CoreClient(Protocol):
     def add(self, adds: list[AddSequence]) -> None: ...
+
+    def adapter_command(self, command: AdapterCommand, timeout_s: float) -> AdapterReply: ...
 
     def abort(self, seq_ids: list[str]) -> None: ...
 
@@ -48,6 +53,19 @@ class InProcessCore:
     def abort(self, seq_ids: list[str]) -> None:
         for seq_id in seq_ids:
             self.core.abort(seq_id)
+
+    def adapter_command(self, command: AdapterCommand, timeout_s: float) -> AdapterReply:
+        done = threading.Event()
+        replies: list[AdapterReply] = []
+
+        def reply(message: AdapterReply) -> None:
+            replies.append(message)
+            done.set()
+
+        self.core.adapter_command(command, reply)
+        if not done.wait(timeout_s):
+            raise RequestTimeout(f"the adapter command did not finish within {timeout_s:g} s")
+        return replies[0]
 
     def health(self) -> HealthReport:
         return self.core.health()

@@ -11,10 +11,12 @@ threads submit and stream at once.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import uuid
 from typing import Any
 
+from ..adapters.messages import AdapterCommand, AdapterStatus
 from ..config import EngineConfig
 from ..errors import EngineDead, EngineNotReady, InvalidRequest, ServingError
 from ..protocol import (
@@ -32,6 +34,7 @@ from .request import PromptStream, RequestHandle
 __all__ = ["LLMEngine", "RequestHandle"]
 
 Prompts = list[str] | list[list[int]]
+ADAPTER_TIMEOUT_S = 120.0  # a preload reads the adapter's weights
 
 
 class LLMEngine:
@@ -43,6 +46,7 @@ class LLMEngine:
         self._tokenizer_lock = threading.Lock()
         self._trust_remote_code = trust_remote_code
         self._info: ModelInfo | None = None
+        self._call_ids = itertools.count(1)
         self._core: CoreClient = make_core(self._route)
 
     @classmethod
@@ -102,9 +106,11 @@ class LLMEngine:
 
     # --- requests ----------------------------------------------------------------
 
-    def submit(self, prompts: Prompts, params: SamplingParams, request_id: str | None = None) -> RequestHandle:
-        """Queue every prompt of a request; raises InvalidRequest, QueueFull,
-        EngineNotReady or EngineDead (then nothing of the request stays queued)."""
+    def submit(self, prompts: Prompts, params: SamplingParams, request_id: str | None = None,
+               adapter: str | None = None) -> RequestHandle:
+        """Queue every prompt of a request (on a registered LoRA ``adapter``, or the base model);
+        raises InvalidRequest, AdapterNotFound, QueueFull, EngineNotReady or EngineDead (then
+        nothing of the request stays queued)."""
         info = self._ready_info()
         tokenizer = self._load_tokenizer()
         prompt_ids = [self._prompt_ids(p, tokenizer, info.max_model_len) for p in _as_prompt_list(prompts)]
@@ -117,7 +123,7 @@ class LLMEngine:
             if any(s.seq_id in self._routes for s in streams):
                 raise InvalidRequest(f"request id {request_id!r} is already in use")
             self._routes.update({s.seq_id: handle for s in streams})
-        adds = [AddSequence(s.seq_id, ids, params) for s, ids in zip(streams, prompt_ids)]
+        adds = [AddSequence(s.seq_id, ids, params, adapter or "") for s, ids in zip(streams, prompt_ids)]
         try:
             self._core.add(adds)
         except BaseException:
@@ -125,8 +131,29 @@ class LLMEngine:
             raise
         return handle
 
-    def generate(self, prompts: Prompts, params: SamplingParams, timeout_s: float | None = None) -> list[GenerationResult]:
-        return self.submit(prompts, params).result(timeout_s)
+    def generate(self, prompts: Prompts, params: SamplingParams, timeout_s: float | None = None,
+                 adapter: str | None = None) -> list[GenerationResult]:
+        return self.submit(prompts, params, adapter=adapter).result(timeout_s)
+
+    # --- adapters ------------------------------------------------------------------
+
+    def register_adapter(self, name: str, src: str, preload: bool = False,
+                         timeout_s: float = ADAPTER_TIMEOUT_S) -> list[AdapterStatus]:
+        """Check and register a PEFT LoRA folder (``preload``: also load its weights first)."""
+        return self._adapter_command("register", timeout_s, name=name, src=src, preload=preload)
+
+    def unregister_adapter(self, name: str) -> list[AdapterStatus]:
+        return self._adapter_command("unregister", ADAPTER_TIMEOUT_S, name=name)
+
+    def list_adapters(self) -> list[AdapterStatus]:
+        return self._adapter_command("list", ADAPTER_TIMEOUT_S)
+
+    def _adapter_command(self, action: str, timeout_s: float, **fields: Any) -> list[AdapterStatus]:
+        self._ready_info()
+        reply = self._core.adapter_command(AdapterCommand(next(self._call_ids), action, **fields), timeout_s)
+        if reply.error_type:
+            raise ServingError.from_wire(reply.error_type, reply.message)
+        return reply.adapters
 
     @staticmethod
     def _prompt_ids(prompt: Any, tokenizer: Any, max_model_len: int) -> list[int]:

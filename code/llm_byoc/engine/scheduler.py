@@ -34,6 +34,12 @@ window at admission: a sequence whose prompt + max_new_tokens exceeds the
 window simply stops with LENGTH once the window is full. Stop strings are
 applied by the front end, which then aborts the sequence here.
 
+LoRA: a sequence with an adapter is admitted only once its adapter is in one
+of the worker's slots (``AdapterSlots``); until then it waits (sequences behind
+it that can run do), while its adapter is loaded and put in a slot if one is
+free or held by an adapter no running sequence uses. Its prefix-cache blocks
+live in the adapter's own namespace.
+
 Admission: a sequence is refused with QueueFull when it would have to wait
 behind ``max_waiting`` others (free running slots count as no wait), and with
 InvalidRequest when its prompt can never fit the context or the KV cache.
@@ -44,8 +50,11 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from collections import Counter
+
+from ..adapters.messages import AdapterSpec, LoRAStats
 from ..config import EngineConfig
-from ..errors import InvalidRequest, QueueFull
+from ..errors import InvalidRequest, ModelLoadError, QueueFull
 from ..protocol import (
     AddSequence,
     FinishReason,
@@ -53,10 +62,12 @@ from ..protocol import (
     ModelInfo,
     NewSequence,
     ScheduledChunk,
+    SequenceRejected,
     SequenceUpdate,
     StepBatch,
     StepOutput,
 )
+from .adapter_slots import AdapterSlots
 from .kv_cache_manager import KVCacheManager
 from .sequence import Sequence, SequenceStatus
 
@@ -75,6 +86,8 @@ class SchedulerLimits:
     num_kv_blocks: int  # the worker's pool, the null block included
     block_size: int = 16
     enable_prefix_caching: bool = True
+    max_loras: int = 8
+    max_cpu_loras: int = 32
 
     def __post_init__(self) -> None:
         capacity = (self.num_kv_blocks - 1) * self.block_size
@@ -101,6 +114,8 @@ class SchedulerLimits:
             num_kv_blocks=info.num_kv_blocks,
             block_size=info.kv_block_size,
             enable_prefix_caching=config.enable_prefix_caching,
+            max_loras=config.max_loras,
+            max_cpu_loras=config.max_cpu_loras,
         )
 
 
@@ -117,6 +132,11 @@ class Scheduler:
         self._step_id = 0
         self._arrivals = 0
         self.num_preemptions = 0
+        self.adapters = AdapterSlots(limits.max_loras, limits.max_cpu_loras)
+        self._retired: set[str] = set()  # unregistered adapters still used by queued or running sequences
+        self._rejected: list[SequenceRejected] = []
+        self.adapter_requests: Counter[str] = Counter()
+        self.adapter_tokens: Counter[str] = Counter()
 
     # --- queue ---------------------------------------------------------------
 
@@ -129,11 +149,11 @@ class Scheduler:
         return len(self._running)
 
     def has_work(self) -> bool:
-        """Sequences to compute, or finished ones the worker has not been told to drop yet."""
-        return bool(self._waiting or self._running or self._freed)
+        """Sequences to compute, finished ones the worker has not dropped yet, or adapter changes."""
+        return bool(self._waiting or self._running or self._freed or self.adapters.has_changes())
 
-    def add(self, request: AddSequence) -> None:
-        """Queue a sequence; raises InvalidRequest or QueueFull."""
+    def add(self, request: AddSequence, adapter: AdapterSpec | None = None) -> None:
+        """Queue a sequence (with its registered adapter, if any); raises InvalidRequest or QueueFull."""
         self._validate(request)
         free_slots = max(0, self.limits.max_num_seqs - len(self._running))
         if len(self._waiting) >= self.limits.max_waiting + free_slots:
@@ -141,8 +161,21 @@ class Scheduler:
                 f"the engine queue is full ({len(self._waiting)} sequences waiting); retry later"
             )
         self._arrivals += 1
-        seq = Sequence(request.seq_id, list(request.prompt_token_ids), request.params, arrival=self._arrivals)
+        namespace = f"lora:{adapter.uid}" if adapter is not None else ""
+        seq = Sequence(request.seq_id, list(request.prompt_token_ids), request.params, arrival=self._arrivals,
+                       cache_namespace=namespace, adapter=adapter)
         self._waiting.append(seq)
+        if adapter is not None:
+            self.adapter_requests[adapter.name] += 1
+
+    def retire_adapter(self, uid: str) -> None:
+        """An unregistered adapter leaves the worker once no queued or running sequence uses it."""
+        self._retired.add(uid)
+
+    def drain_rejected(self) -> list[SequenceRejected]:
+        """Sequences failed since the last call for reasons of their own (their adapter would not load)."""
+        rejected, self._rejected = self._rejected, []
+        return rejected
 
     def abort(self, seq_id: str) -> SequenceUpdate | None:
         """Remove a waiting or running sequence; None when it is not here (any more)."""
@@ -192,13 +225,16 @@ class Scheduler:
         new: list[NewSequence] = []
         if not preempted:
             self._admit(budget, chunks, new)
-        if not chunks and not preempted and not self._freed:
+        self._retire_unused_adapters()
+        if not chunks and not preempted and not self._freed and not self.adapters.has_changes():
             return None
+        self.adapters.touch({s.adapter.uid for s in self._running.values() if s.adapter is not None})
+        drops, loads, activations = self.adapters.take_changes()
         self._step_id += 1
         freed, self._freed = self._freed, []
         self._scheduled = [self._running[c.seq_id] for c in chunks]
         self._expect_sample = {c.seq_id for c in chunks if c.sample}
-        return StepBatch(self._step_id, new, chunks, freed, preempted)
+        return StepBatch(self._step_id, new, chunks, freed, preempted, drops, loads, activations)
 
     def _plan_running(self) -> dict[str, tuple[int, list[int]]]:
         """Tokens each running sequence computes this step: decodes first, then prefill chunks."""
@@ -232,24 +268,41 @@ class Scheduler:
         return preempted
 
     def _admit(self, budget: int, chunks: list[ScheduledChunk], new: list[NewSequence]) -> None:
+        pinned = {s.adapter.uid for s in self._running.values() if s.adapter is not None}
+        skipped: list[Sequence] = []  # their adapter is not in a slot yet: they keep their place
         while self._waiting and budget > 0 and len(self._running) < self.limits.max_num_seqs:
             seq = self._waiting[0]
+            if seq.adapter is not None and not self.adapters.is_active(seq.adapter.uid):
+                self.adapters.request(seq.adapter, pinned)
+                skipped.append(self._waiting.popleft())
+                continue
             prefix = self.kv.cached_prefix(seq)
             cached = len(prefix) * self.kv.block_size
             n = min(seq.num_tokens - cached, budget)
             reserve = self._reserve if self._running else 0
             block_ids = self.kv.admit(seq, prefix, cached + n, reserve)
             if block_ids is None:
-                return  # first come, first served: the head waits for memory
+                break  # first come, first served: the head waits for memory
             self._waiting.popleft()
             if not seq.seen_by_worker:
                 seq.num_cached_tokens = cached
                 seq.seen_by_worker = True
-                new.append(NewSequence(seq.seq_id, seq.params))
+                new.append(NewSequence(seq.seq_id, seq.params, seq.adapter.uid if seq.adapter else ""))
             seq.status = SequenceStatus.RUNNING
             self._running[seq.seq_id] = seq
+            if seq.adapter is not None:
+                pinned.add(seq.adapter.uid)
             chunks.append(self._chunk(seq, n, block_ids))
             budget -= n
+        self._waiting.extendleft(reversed(skipped))
+
+    def _retire_unused_adapters(self) -> None:
+        if not self._retired:
+            return
+        in_use = {s.adapter.uid for s in (*self._running.values(), *self._waiting) if s.adapter is not None}
+        for uid in self._retired - in_use:
+            self.adapters.forget(uid)
+            self._retired.discard(uid)
 
     def _preempt(self, seq: Sequence) -> None:
         """Back to the front of the queue, its blocks freed; it is recomputed when admitted again."""
@@ -278,6 +331,7 @@ class Scheduler:
             if seq.status is SequenceStatus.RUNNING:
                 self.kv.cache_computed(seq)
         self._scheduled = []
+        self._fail_adapter_loads(self.adapters.on_step_done(output.adapter_results))
         updates: list[SequenceUpdate] = []
         expected, self._expect_sample = self._expect_sample, set()
         for sample in output.samples:
@@ -286,6 +340,8 @@ class Scheduler:
                 continue  # aborted while the step ran, or not asked for
             expected.discard(sample.seq_id)
             seq.token_ids.append(sample.token_id)
+            if seq.adapter is not None:
+                self.adapter_tokens[seq.adapter.name] += 1
             reason = self._stop_reason(seq, sample.token_id)
             if reason is not None:
                 self._finish(seq, reason)
@@ -301,6 +357,20 @@ class Scheduler:
                 self._finish(seq, FinishReason.ERROR)
                 updates.append(self._final_update(seq))
         return updates
+
+    def _fail_adapter_loads(self, failed: dict[str, str]) -> None:
+        """Waiting sequences whose adapter would not load fail (nothing of theirs reached the worker)."""
+        for seq in [s for s in self._waiting if s.adapter is not None and s.adapter.uid in failed]:
+            message = f"adapter {seq.adapter.name!r} failed to load: {failed[seq.adapter.uid]}"
+            self._finish(seq, FinishReason.ERROR)
+            self._rejected.append(SequenceRejected(seq.seq_id, ModelLoadError.error_type, message))
+
+    def lora_stats(self, registered: int) -> LoRAStats:
+        running = sorted({s.adapter.name for s in self._running.values() if s.adapter is not None})
+        waiting = sorted({s.adapter.name for s in self._waiting if s.adapter is not None})
+        slots = self.adapters
+        return LoRAStats(slots.max_loras, slots.max_cpu_loras, registered, slots.num_loaded, slots.active_names(),
+                         running, waiting, slots.loads, round(slots.load_seconds, 4))
 
     # --- helpers ---------------------------------------------------------------
 

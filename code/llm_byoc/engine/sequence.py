@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from ..protocol import FinishReason, SamplingParams
 
 if TYPE_CHECKING:
+    from ..adapters.messages import AdapterSpec
     from .block_pool import Block
 
 
@@ -32,6 +33,7 @@ class Sequence:
     params: SamplingParams
     arrival: int = 0  # order of arrival: the newest running sequence is preempted first
     cache_namespace: str = ""  # prefix-cache key space (an adapter, a tenant): no sharing across
+    adapter: AdapterSpec | None = None  # its LoRA adapter; None: the base model
     num_prompt_tokens: int = 0
     num_computed: int = 0
     num_cached_tokens: int = 0  # prompt tokens taken from the prefix cache at (first) admission

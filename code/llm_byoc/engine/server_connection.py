@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ..adapters.messages import AdapterCommand
 from ..errors import ServingError
 from ..protocol import (
     AbortSequence,
@@ -73,6 +74,8 @@ class FrontConnection:
                 self._core.abort(message.seq_id)
         elif isinstance(message, HealthRequest):
             self.enqueue(self._core.health())
+        elif isinstance(message, AdapterCommand):
+            self._core.adapter_command(message, self.enqueue)  # the reply may come later (a preload)
         else:
             raise ProtocolError(f"unexpected message {type(message).__name__}")
 

@@ -20,12 +20,15 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from ..adapters.messages import AdapterLoadResult
+from ..adapters.peft_folder import BaseShapes
 from ..config import EngineConfig
 from ..protocol import ScheduledChunk, StepBatch, StepOutput
 from .batch import build_step_inputs, order_chunks
 from .kv_cache import PagedKVCache
 from .kv_sizing import KVCacheSize, bytes_per_token, size_kv_cache
 from .loading import LoadedModel, load_model
+from .lora import AdapterStore, LoRASlots, LoRAStep, build_lora_batch
 from .sampler import SequenceSampling, sample
 
 log = logging.getLogger(__name__)
@@ -34,12 +37,13 @@ log = logging.getLogger(__name__)
 @dataclass
 class _Sequence:
     sampling: SequenceSampling
+    adapter: str = ""  # LoRA adapter uid ("": the base model)
     blocks: list[int] = field(default_factory=list)  # block table: block i holds positions i*bs..
     num_cached: int = 0  # tokens whose keys/values are in the cache
 
 
 class ModelRunner:
-    def __init__(self, loaded: LoadedModel, size: KVCacheSize):
+    def __init__(self, loaded: LoadedModel, size: KVCacheSize, max_loras: int = 8):
         self.decoder = loaded.decoder
         self.device = loaded.device
         self.vocab_size = loaded.info.vocab_size
@@ -49,9 +53,13 @@ class ModelRunner:
             self.decoder.num_layers, size.num_blocks, size.block_size, self.decoder.num_kv_heads,
             self.decoder.head_dim, loaded.dtype, loaded.device,
         )
+        base = BaseShapes(loaded.info.model_type, self.decoder.num_layers, self.decoder.lora_modules())
+        self.adapters = AdapterStore(base, loaded.dtype)
+        self.lora_slots = LoRASlots(base, max_loras, loaded.dtype, loaded.device)
         self.info = replace(
             loaded.info, kv_block_size=size.block_size, num_kv_blocks=size.num_blocks,
-            kv_bytes_per_token=size.bytes_per_token,
+            kv_bytes_per_token=size.bytes_per_token, num_layers=base.num_layers,
+            lora_modules={name: list(features) for name, features in base.modules.items()},
         )
         self._seqs: dict[str, _Sequence] = {}
 
@@ -65,7 +73,7 @@ class ModelRunner:
                              activation_peak=lambda: activation_peak(loaded, config))
         log.info("KV cache: %d blocks of %d tokens = %d tokens, %.2f GiB (%s)", size.num_blocks - 1,
                  size.block_size, (size.num_blocks - 1) * size.block_size, size.total_bytes / 1024**3, size.how)
-        return cls(loaded, size)
+        return cls(loaded, size, config.max_loras)
 
     @property
     def num_active(self) -> int:
@@ -74,19 +82,39 @@ class ModelRunner:
     def step(self, batch: StepBatch) -> StepOutput:
         started = time.perf_counter()
         self._free(batch.freed)
+        adapter_results = self._adapter_changes(batch)  # each reports its own failure, before the check
         self._check(batch)
         for seq_id in batch.preempted:
             seq = self._seqs[seq_id]
             seq.blocks, seq.num_cached = [], 0
         for new in batch.new:
-            self._seqs[new.seq_id] = _Sequence(SequenceSampling.create(new.params, self.vocab_size, self.device))
+            sampling = SequenceSampling.create(new.params, self.vocab_size, self.device)
+            self._seqs[new.seq_id] = _Sequence(sampling, new.adapter)
         for chunk in batch.chunks:
             seq = self._seqs[chunk.seq_id]
             if not seq.blocks:  # new, or preempted: it may start after a cached prefix the engine handed over
                 seq.num_cached = chunk.start_pos
             seq.blocks.extend(chunk.block_ids)
         samples = self._compute(batch.chunks) if batch.chunks else []
-        return StepOutput(batch.step_id, samples, time.perf_counter() - started)
+        return StepOutput(batch.step_id, samples, time.perf_counter() - started, adapter_results)
+
+    def _adapter_changes(self, batch: StepBatch) -> list[AdapterLoadResult]:
+        for uid in batch.drop_adapters:
+            self.adapters.drop(uid)
+            self.lora_slots.clear(uid)
+        results = []
+        for spec in batch.load_adapters:
+            try:
+                weights = self.adapters.load(spec)
+            except Exception as exc:  # noqa: BLE001 - a bad file fails its own load, not the step
+                log.warning("adapter %s failed to load: %s", spec.name, exc)
+                results.append(AdapterLoadResult(spec.uid, False, f"{type(exc).__name__}: {exc}"))
+                continue
+            results.append(AdapterLoadResult(spec.uid, True, "", weights.nbytes, round(weights.load_seconds, 4)))
+        for activation in batch.activate_adapters:
+            if activation.uid in self.adapters:  # a failed load was reported above
+                self.lora_slots.activate(activation.slot, self.adapters.get(activation.uid))
+        return results
 
     def _free(self, seq_ids: list[str]) -> None:
         for seq_id in seq_ids:
@@ -98,6 +126,9 @@ class ModelRunner:
         new_ids = [n.seq_id for n in batch.new]
         if len(set(new_ids)) != len(new_ids) or any(s in self._seqs for s in new_ids):
             raise ValueError(f"step {batch.step_id}: a new sequence id is already in use")
+        inactive = [n.adapter for n in batch.new if n.adapter and self.lora_slots.slot_of(n.adapter) is None]
+        if inactive:
+            raise ValueError(f"step {batch.step_id}: adapter {inactive[0]!r} is not in a LoRA slot")
         unknown = [s for s in batch.preempted if s not in self._seqs]
         if unknown:
             raise ValueError(f"step {batch.step_id}: preempted unknown sequence {unknown[0]!r}")
@@ -152,8 +183,9 @@ class ModelRunner:
         ordered = order_chunks(chunks)
         tables = {c.seq_id: self._seqs[c.seq_id].blocks for c in ordered}
         inputs = build_step_inputs(ordered, tables, self.block_size, self.device)
+        lora = self._lora_step(ordered, inputs)
         with torch.inference_mode():
-            hidden = self.decoder.forward(inputs, self.cache)  # [T, hidden]
+            hidden = self.decoder.forward(inputs, self.cache, lora)  # [T, hidden]
             logits = self.decoder.logits(hidden[inputs.sample_rows])  # [S, V]
             for chunk in ordered:
                 seq = self._seqs[chunk.seq_id]
@@ -162,6 +194,20 @@ class ModelRunner:
                     seq.sampling.observe(torch.tensor(chunk.token_ids, device=self.device))
             states = {seq_id: self._seqs[seq_id].sampling for seq_id in inputs.sample_seq_ids}
             return sample(logits, inputs.sample_seq_ids, states)
+
+    def _lora_step(self, ordered: list[ScheduledChunk], inputs) -> LoRAStep | None:
+        """Which rows use which LoRA slot (None: the fast path, no adapter in this step)."""
+        def slot(seq_id: str) -> int:
+            uid = self._seqs[seq_id].adapter
+            found = self.lora_slots.slot_of(uid) if uid else None
+            return -1 if found is None else found
+
+        singles = [c for c in ordered if len(c.token_ids) == 1]
+        decode_slots = [slot(c.seq_id) for c in singles]
+        spans = [(span.row, span.row + span.length, slot(c.seq_id))
+                 for span, c in zip(inputs.prefills, ordered[len(singles):])]
+        batch = build_lora_batch(decode_slots, spans, self.cache.k[0].dtype, self.device)
+        return None if batch is None else LoRAStep(self.lora_slots, batch)
 
 
 def profile_step(loaded: LoadedModel, config: EngineConfig) -> None:

@@ -7,12 +7,16 @@ EOS. Enough to check order, counts, stop strings, streaming and aborts.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from dataclasses import dataclass, field
 
+from llm_byoc.adapters.messages import AdapterStatus
 from llm_byoc.engine.outputs import GenerationResult, TokenEvent
 from llm_byoc.errors import (
+    AdapterExists,
+    AdapterNotFound,
     EngineDead,
     EngineNotReady,
     InvalidRequest,
@@ -58,6 +62,8 @@ class FakeEngine:
     submitted: list = field(default_factory=list)
     aborted: list = field(default_factory=list)
     shut_down: bool = False
+    adapters: dict = field(default_factory=dict)  # name -> AdapterStatus
+    adapters_used: list = field(default_factory=list)  # the adapter of each submitted request
 
     def shutdown(self) -> None:
         self.shut_down = True
@@ -73,7 +79,25 @@ class FakeEngine:
         info = ModelInfo("fake", "/opt/ml/model/fake-model", 256, 512, [EOS], "cpu", "float32", 8, 0.1)
         return HealthReport(self.state, "fake", info if self.state is EngineState.READY else None)
 
-    def submit(self, prompts, params: SamplingParams, request_id: str | None = None) -> FakeHandle:
+    def register_adapter(self, name: str, src: str, preload: bool = False) -> list:
+        if name in self.adapters:
+            raise AdapterExists(f"adapter {name!r} is already registered")
+        if not src.startswith("/opt/ml/"):
+            raise InvalidRequest(f"src {src!r} is outside the allowed adapter roots")
+        self.adapters[name] = AdapterStatus(name, 8, ["q_proj"], src, "loaded" if preload else "registered")
+        return [self.adapters[name]]
+
+    def unregister_adapter(self, name: str) -> list:
+        if name not in self.adapters:
+            raise AdapterNotFound(f"adapter {name!r} is not registered")
+        return [dataclasses.replace(self.adapters.pop(name), state="unregistered")]
+
+    def list_adapters(self) -> list:
+        return list(self.adapters.values())
+
+    def submit(self, prompts, params: SamplingParams, request_id: str | None = None, adapter: str | None = None) -> FakeHandle:
+        if adapter is not None and adapter not in self.adapters:
+            raise AdapterNotFound(f"adapter {adapter!r} is not registered")
         if self.state is EngineState.DEAD:
             raise EngineDead("the model worker died")
         if self.state is EngineState.LOADING:
@@ -85,6 +109,7 @@ class FakeEngine:
         if any(len(i) == 0 for i in ids):
             raise InvalidRequest("a prompt is empty")
         self.submitted.append((prompts, params, request_id))
+        self.adapters_used.append(adapter)
         return FakeHandle(self, request_id or "req", ids, params)
 
 

@@ -33,7 +33,7 @@ def test_chat_completion(client, engine):
 
 
 def test_chat_defaults_follow_openai(client, engine):
-    invoke(client, {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}]}], "model": "m"})
+    invoke(client, {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}]}], "model": "fake-model"})
     params = engine.submitted[0][1]
     assert params.temperature == 1.0 and params.top_p == 1.0
 
@@ -46,9 +46,9 @@ def test_max_completion_tokens_wins(client, engine):
 
 
 def test_completion_with_several_prompts(client):
-    body = {"prompt": ["ab", "cde"], "max_tokens": 10, "stop": "c", "model": "mine"}
+    body = {"prompt": ["ab", "cde"], "max_tokens": 10, "stop": "c", "model": "/opt/ml/model/fake-model"}
     out = invoke(client, body).get_json()
-    assert out["object"] == "text_completion" and out["model"] == "mine"
+    assert out["object"] == "text_completion" and out["model"] == "/opt/ml/model/fake-model"
     assert [(c["index"], c["text"], c["finish_reason"]) for c in out["choices"]] == [(0, "ba", "stop"), (1, "ed", "stop")]
 
 

@@ -21,6 +21,7 @@ def client_with(conn) -> tuple[SocketCoreClient, list]:
     client._send_lock = threading.Lock()
     client._replies = deque()
     client._live = set()
+    client._calls = {}
     client._dead = None
     client._conn = conn
     return client, outputs

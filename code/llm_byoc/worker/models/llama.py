@@ -18,6 +18,7 @@ from ..attention import paged_attention
 from ..batch import StepInputs
 from ..kv_cache import PagedKVCache
 from ..linear import Linear, MakeLinear, linear_factory
+from ..lora import LoRAStep
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -94,26 +95,48 @@ class LlamaDecoder:
     def num_layers(self) -> int:
         return len(self.layers)
 
-    def forward(self, inputs: StepInputs, cache: PagedKVCache) -> torch.Tensor:
+    def lora_modules(self) -> dict[str, tuple[int, int]]:
+        """(in, out) features of each projection a LoRA adapter may target."""
+        hidden, inter = self.embed.shape[1], self.layers[0].down.in_features
+        q, kv = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        return {"q_proj": (hidden, q), "k_proj": (hidden, kv), "v_proj": (hidden, kv), "o_proj": (q, hidden),
+                "gate_proj": (hidden, inter), "up_proj": (hidden, inter), "down_proj": (inter, hidden)}
+
+    def forward(self, inputs: StepInputs, cache: PagedKVCache, lora: LoRAStep | None = None) -> torch.Tensor:
         h = F.embedding(inputs.token_ids, self.embed)  # [T, hidden]
         cos, sin = rope_tables(self.rotary, h, inputs.positions)  # [T, 1, D] each
         for index, layer in enumerate(self.layers):
-            h = self._layer(layer, h, cos, sin, cache.k[index], cache.v[index], inputs)
+            h = self._layer(index, layer, h, cos, sin, cache.k[index], cache.v[index], inputs, lora)
         return h
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """h: [S, hidden] -> [S, V] float32."""
         return self.lm_head(rms_norm(h, self.norm, self.eps)).float()
 
-    def _layer(self, layer: LlamaLayer, h, cos, sin, k_cache, v_cache, inputs) -> torch.Tensor:
+    def _layer(self, index: int, layer: LlamaLayer, h, cos, sin, k_cache, v_cache, inputs, lora) -> torch.Tensor:
+        """One decoder layer; ``lora`` (or None) adds adapter rows' low-rank products to each projection."""
         rows = h.shape[0]
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        qkv = layer.qkv(rms_norm(h, layer.ln_attn, self.eps))
+        x = rms_norm(h, layer.ln_attn, self.eps)
+        qkv = layer.qkv(x)  # [T, q + 2 kv]
+        if lora is not None:
+            lora.add(qkv, x, index, "qkv")
         qk, v = qkv.split([q_size + kv_size, kv_size], dim=-1)
         qk = rotate(qk.view(rows, self.num_heads + self.num_kv_heads, self.head_dim), cos, sin)
         q, k = qk.split([self.num_heads, self.num_kv_heads], dim=1)  # [T, H, D], [T, KVH, D]
         v = v.view(rows, self.num_kv_heads, self.head_dim)
-        attn = paged_attention(q, k, v, k_cache, v_cache, inputs)  # [T, H, D]
-        h = h + layer.o(attn.reshape(rows, q_size))
-        gate, up = layer.gate_up(rms_norm(h, layer.ln_mlp, self.eps)).chunk(2, dim=-1)
-        return h + layer.down(self.act(gate) * up)
+        attn = paged_attention(q, k, v, k_cache, v_cache, inputs).reshape(rows, q_size)  # [T, H*D]
+        out = layer.o(attn)
+        if lora is not None:
+            lora.add(out, attn, index, "o")
+        h = h + out
+        x = rms_norm(h, layer.ln_mlp, self.eps)
+        gate_up = layer.gate_up(x)  # [T, 2 I]
+        if lora is not None:
+            lora.add(gate_up, x, index, "gate_up")
+        gate, up = gate_up.chunk(2, dim=-1)
+        x = self.act(gate) * up
+        down = layer.down(x)
+        if lora is not None:
+            lora.add(down, x, index, "down")
+        return h + down

@@ -89,7 +89,11 @@ class OPTDecoder:
     def num_layers(self) -> int:
         return len(self.layers)
 
-    def forward(self, inputs: StepInputs, cache: PagedKVCache) -> torch.Tensor:
+    def lora_modules(self) -> dict[str, tuple[int, int]]:
+        """No LoRA for OPT layouts (its adapters name other modules)."""
+        return {}
+
+    def forward(self, inputs: StepInputs, cache: PagedKVCache, lora=None) -> torch.Tensor:
         h = F.embedding(inputs.token_ids, self.embed)  # [T, word_dim]
         if self.project_in is not None:
             h = self.project_in(h)  # [T, hidden]
