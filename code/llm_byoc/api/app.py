@@ -12,6 +12,7 @@ the one handler in ``api.errors``.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 from typing import Any
@@ -49,9 +50,10 @@ def create_app(engine: Any, config: ServerConfig) -> Flask:
         except Exception as exc:  # an engine we cannot even ask is as good as dead
             return error_response(503, f"engine health check failed: {exc}", EngineDead.error_type)
         if report.state is EngineState.READY:
-            kv = report.kv_cache
+            kv, lora = report.kv_cache, report.lora
             return jsonify(status="ready", num_waiting=report.num_waiting, num_running=report.num_running,
-                           kv_cache=None if kv is None else kv_cache_json(kv))
+                           kv_cache=None if kv is None else kv_cache_json(kv),
+                           lora=None if lora is None else dataclasses.asdict(lora))
         error_type = EngineDead.error_type if report.state is EngineState.DEAD else EngineNotReady.error_type
         return error_response(503, report.detail or f"the engine is {report.state.value}", error_type)
 

@@ -63,8 +63,10 @@ class EngineRun:
     errors: list[str] = field(default_factory=list)
 
 
-def run_engine(engine, prompts: list[str], max_new_tokens: int, concurrency: int) -> EngineRun:
-    """Closed loop: ``concurrency`` threads, each sends its next request when one ends."""
+def run_engine(engine, prompts: list, max_new_tokens: int, concurrency: int,
+               adapters: list[str | None] | None = None) -> EngineRun:
+    """Closed loop: ``concurrency`` threads, each sends its next request when one ends
+    (request i on LoRA adapter ``adapters[i]``, if given)."""
     params = SamplingParams(max_new_tokens=max_new_tokens, ignore_eos=True)
     run, lock, next_index = EngineRun(), threading.Lock(), [0]
 
@@ -74,11 +76,12 @@ def run_engine(engine, prompts: list[str], max_new_tokens: int, concurrency: int
                 if next_index[0] >= len(prompts):
                     return
                 prompt = prompts[next_index[0]]
+                adapter = adapters[next_index[0]] if adapters else None
                 next_index[0] += 1
             sent = time.perf_counter()
             arrivals = []
             try:
-                for event in engine.submit([prompt], params).events(timeout_s=600):
+                for event in engine.submit([prompt], params, adapter=adapter).events(timeout_s=600):
                     if event.token_id is not None:
                         arrivals.append(time.perf_counter())
             except Exception as exc:  # noqa: BLE001 - counted and printed, the run goes on

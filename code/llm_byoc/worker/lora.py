@@ -19,8 +19,8 @@ is block-diagonal, so one pair of matmuls covers the fused output. Scaling
 adapters one step may use, stacked: ``A[point]: [S, in, m*R]``,
 ``B[point]: [S, m*R, out]`` per layer, with R the largest rank loaded so far.
 Decode rows are grouped by slot into one batched matmul pair per point
-(``torch.bmm`` over the slots); each prompt chunk with an adapter (many rows,
-one adapter) gets its own matmul pair.
+(``torch.bmm`` over the slots, gathered there and back); each prompt chunk
+with an adapter (many rows, one adapter) gets its own matmul pair.
 """
 
 from __future__ import annotations
@@ -165,10 +165,18 @@ class LoRASlots:
 
 @dataclass(frozen=True)
 class LoRABatch:
-    """Which rows of a step use which slot, built once per step."""
+    """Which rows of a step use which slot, built once per step.
 
-    rows: torch.Tensor | None  # [S' * m] decode rows grouped by slot (padding: row 0, masked)
+    Decode rows (rows 0..D-1 of the step) are laid out by slot, ``[S', m]``: a
+    gather takes them there (``rows``; padding takes row 0, masked to zero) and
+    another brings the products back in row order (``back``; a row of the base
+    model takes a padding place, whose product is zero). Both are plain
+    gathers: scatter-adds are slow on CPU.
+    """
+
+    rows: torch.Tensor | None  # [S' * m] the decode row at each place of the layout
     mask: torch.Tensor | None  # [S', m, 1]: 1 for real rows, 0 for padding
+    back: torch.Tensor | None  # [D] each decode row's place in the layout
     num_slots: int  # S': slots 0..S'-1 are read
     spans: list[tuple[int, int, int]] = field(default_factory=list)  # prompt chunks: (row, row end, slot)
 
@@ -183,15 +191,26 @@ def build_lora_batch(decode_slots: list[int], spans: list[tuple[int, int, int]],
     if not by_slot and not spans:
         return None
     if not by_slot:
-        return LoRABatch(None, None, 0, spans)
+        return LoRABatch(None, None, None, 0, spans)
     num_slots = max(by_slot) + 1
     width = max(len(rows) for rows in by_slot.values())
+    if -1 in decode_slots and all(len(by_slot.get(s, ())) == width for s in range(num_slots)):
+        width += 1  # base rows need a padding place to read zeros from
     rows = torch.zeros(num_slots, width, dtype=torch.long)
     mask = torch.zeros(num_slots, width, 1, dtype=dtype)
-    for slot, slot_rows in by_slot.items():
-        rows[slot, : len(slot_rows)] = torch.tensor(slot_rows)
+    back = torch.empty(len(decode_slots), dtype=torch.long)
+    padding = None
+    for slot in range(num_slots):
+        slot_rows = by_slot.get(slot, [])
+        rows[slot, : len(slot_rows)] = torch.tensor(slot_rows, dtype=torch.long)
         mask[slot, : len(slot_rows)] = 1
-    return LoRABatch(rows.view(-1).to(device), mask.to(device), num_slots, spans)
+        back[slot_rows] = slot * width + torch.arange(len(slot_rows))
+        if padding is None and len(slot_rows) < width:
+            padding = slot * width + len(slot_rows)
+    base_rows = [row for row, slot in enumerate(decode_slots) if slot < 0]
+    if base_rows:
+        back[base_rows] = padding
+    return LoRABatch(rows.view(-1).to(device), mask.to(device), back.to(device), num_slots, spans)
 
 
 @dataclass(frozen=True)
@@ -209,9 +228,9 @@ def add_lora(y: torch.Tensor, x: torch.Tensor, slots: LoRASlots, layer: int, poi
     """y [T, out] += the low-rank products of the rows that use an adapter (x [T, in])."""
     a, b = slots.a[layer][point], slots.b[layer][point]  # [S, in, m*R], [S, m*R, out]
     if batch.rows is not None:
-        n = batch.num_slots
+        n, decode_rows = batch.num_slots, batch.back.shape[0]
         xs = x.index_select(0, batch.rows).view(n, -1, x.shape[1]) * batch.mask  # [S', m, in]
         delta = torch.bmm(torch.bmm(xs, a[:n]), b[:n])  # [S', m, out]
-        y.index_add_(0, batch.rows, delta.view(-1, y.shape[1]))
+        y[:decode_rows] += delta.view(-1, y.shape[1]).index_select(0, batch.back)
     for lo, hi, slot in batch.spans:
         y[lo:hi] += (x[lo:hi] @ a[slot]) @ b[slot]

@@ -111,3 +111,10 @@ def test_no_adapter_rows_means_no_lora_work():
     assert build_lora_batch([-1, -1], [(2, 5, -1)], torch.float32, torch.device("cpu")) is None
     only_prefill = build_lora_batch([-1], [(1, 4, 0)], torch.float32, torch.device("cpu"))
     assert isinstance(only_prefill, LoRABatch) and only_prefill.rows is None and only_prefill.spans == [(1, 4, 0)]
+
+
+def test_base_rows_read_a_zero_padding_place():
+    """Every slot full and a base row: a padding column is added for it to read."""
+    batch = build_lora_batch([0, -1, 1], [], torch.float32, torch.device("cpu"))
+    assert batch.rows.view(2, -1).shape == (2, 2) and batch.mask[:, :, 0].tolist() == [[1, 0], [1, 0]]
+    assert batch.back.tolist()[0] == 0 and batch.back.tolist()[2] == 2 and batch.mask.view(-1)[batch.back[1]] == 0
