@@ -25,11 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "multimode
 from llm_byoc.api.errors import register_error_handlers
 from llm_byoc.config import EngineConfig, MultiModelConfig
 from llm_byoc.errors import EngineDead
-from llm_byoc.multimodel.messages import Invocation
+from llm_byoc.multimodel.messages import InvokeRequest
 from llm_byoc.multimodel.model_engine import ProcessWorkerFactory
 from llm_byoc.multimodel.routes import model_manager, register_multi_model_routes
 from llm_byoc.multimodel.store import describe_model
-from llm_byoc.multimodel.worker_client import ModelWorker
+from llm_byoc.multimodel.model_process import ModelProcess
 from mme_tiny_models import build_tiny_embedder, build_tiny_onnx, png_bytes
 
 MiB = 1024 * 1024
@@ -121,19 +121,19 @@ def test_killed_worker_fails_alone_and_reloads(app_and_factory):
 
 
 def test_pending_requests_fail_when_the_worker_dies(root):
-    worker = ModelWorker(describe_model("gamma", root / "gamma"), num_threads=1)
+    worker = ModelProcess(describe_model("gamma", root / "gamma"), num_threads=1)
     worker.start(timeout_s=60)
     try:
         os.kill(worker.pid, signal.SIGSTOP)  # hold the request in flight
         with ThreadPoolExecutor(1) as pool:
-            pending = pool.submit(worker.invoke, Invocation(content_type="image/png"), png_bytes(RED), 30)
+            pending = pool.submit(worker.invoke, InvokeRequest(content_type="image/png"), png_bytes(RED), 30)
             time.sleep(0.2)
             os.kill(worker.pid, signal.SIGKILL)
             with pytest.raises(EngineDead):
                 pending.result(10)
         assert not worker.alive
         with pytest.raises(EngineDead):
-            worker.invoke(Invocation(content_type="image/png"), png_bytes(RED))
+            worker.invoke(InvokeRequest(content_type="image/png"), png_bytes(RED))
     finally:
         worker.stop()
 
@@ -141,12 +141,12 @@ def test_pending_requests_fail_when_the_worker_dies(root):
 def test_hung_worker_times_out_and_is_killed_on_stop(root):
     from llm_byoc.errors import RequestTimeout
 
-    worker = ModelWorker(describe_model("gamma", root / "gamma"), num_threads=1)
+    worker = ModelProcess(describe_model("gamma", root / "gamma"), num_threads=1)
     worker.start(timeout_s=60)
     pid = worker.pid
     os.kill(pid, signal.SIGSTOP)
     with pytest.raises(RequestTimeout):
-        worker.invoke(Invocation(content_type="image/png"), png_bytes(RED), timeout_s=0.5)
+        worker.invoke(InvokeRequest(content_type="image/png"), png_bytes(RED), timeout_s=0.5)
     started = time.monotonic()
     worker.stop(timeout_s=1.0)
     assert time.monotonic() - started < 10 and not pid_exists(pid)

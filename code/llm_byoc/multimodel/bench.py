@@ -36,7 +36,7 @@ from flask import Flask
 from ..api.errors import register_error_handlers
 from ..config import EngineConfig, MultiModelConfig
 from .demo_repository import EMBEDDING_NAME, IMAGE_NAME, LLM_NAME, build_demo_repository, drawn_test_image
-from .messages import Invocation
+from .messages import InvokeRequest
 from .routes import MODEL_TIME_HEADER, model_manager, register_multi_model_routes
 from .store import describe_model
 
@@ -59,7 +59,7 @@ def _raw_child(conn, spec_plain: dict, body: bytes, content_type: str, num_threa
 
     started = time.perf_counter()
     handler = create_handler(ModelSpec.from_plain(spec_plain), num_threads, EngineConfig(num_threads=num_threads))
-    handler.invoke(Invocation(content_type=content_type), body)
+    handler.invoke(InvokeRequest(content_type=content_type), body)
     conn.send(time.perf_counter() - started)
     handler.close()
 
@@ -124,7 +124,7 @@ def warm_overhead(client, folder: Path, name: str, requests: int, num_threads: i
         response = client.post(f"/models/{name}/invoke", data=body, content_type=content_type)
         in_worker.append(float(response.headers[MODEL_TIME_HEADER]) / 1e3)
 
-    direct, routed = interleaved(lambda: handler.invoke(Invocation(content_type=content_type), body), routed_call, requests)
+    direct, routed = interleaved(lambda: handler.invoke(InvokeRequest(content_type=content_type), body), routed_call, requests)
     # The fixed cost alone: a request the worker refuses at once (415), through the routes.
     refused = interleaved(lambda: None, lambda: client.post(f"/models/{name}/invoke", data=b"x", content_type="text/plain"), requests)[1]
     client.delete(f"/models/{name}")

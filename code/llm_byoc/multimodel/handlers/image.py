@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import InvalidRequest, ModelLoadError, UnsupportedMediaType
-from ..messages import Invocation, Reply
+from ..messages import InvokeReply, InvokeRequest
 from ..store import ModelSpec
 from .base import int_option, json_reply, media_type, parse_json_body
 
@@ -115,7 +115,7 @@ class ImageClassificationHandler:
         self.crop = int(options.get("crop", 224))
         self.apply_softmax = bool(options.get("softmax", True))
 
-    def _image_and_top_k(self, invocation: Invocation, body: bytes) -> tuple[bytes, object]:
+    def _image_and_top_k(self, invocation: InvokeRequest, body: bytes) -> tuple[bytes, object]:
         kind = media_type(invocation.content_type)
         if kind in IMAGE_TYPES:
             return body, invocation.params.get("top_k")
@@ -138,7 +138,7 @@ class ImageClassificationHandler:
         order = np.argsort(-scores)[:top_k]
         return [{"label": self.labels[i], "index": int(i), "score": float(scores[i])} for i in order]
 
-    def invoke(self, invocation: Invocation, body: bytes) -> tuple[Reply, bytes]:
+    def invoke(self, invocation: InvokeRequest, body: bytes) -> tuple[InvokeReply, bytes]:
         data, raw_top_k = self._image_and_top_k(invocation, body)
         top_k = int_option("top_k", raw_top_k, self.default_top_k, 1, len(self.labels))
         pixels = preprocess(decode_image(data), self.resize, self.crop)

@@ -14,7 +14,7 @@ import logging
 from pathlib import Path
 
 from ...errors import ModelLoadError
-from ..messages import Invocation, Reply
+from ..messages import InvokeReply, InvokeRequest
 from ..store import ModelSpec
 from .base import int_option, json_reply, parse_json_body, text_inputs
 
@@ -85,7 +85,7 @@ class TextEmbeddingHandler:
             pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
         return pooled.tolist()
 
-    def invoke(self, invocation: Invocation, body: bytes) -> tuple[Reply, bytes]:
+    def invoke(self, invocation: InvokeRequest, body: bytes) -> tuple[InvokeReply, bytes]:
         texts, _ = text_inputs(parse_json_body(invocation, body), MAX_TEXTS_PER_REQUEST)
         return json_reply({"embeddings": self.embed(texts)})
 
@@ -113,7 +113,7 @@ class TextClassificationHandler:
             for row_s, row_i in zip(scores.tolist(), indices.tolist())
         ]
 
-    def invoke(self, invocation: Invocation, body: bytes) -> tuple[Reply, bytes]:
+    def invoke(self, invocation: InvokeRequest, body: bytes) -> tuple[InvokeReply, bytes]:
         payload = parse_json_body(invocation, body)
         texts, _ = text_inputs(payload, MAX_TEXTS_PER_REQUEST)
         params = payload.get("parameters") or {}
