@@ -53,6 +53,16 @@ def start_time(pid: int) -> int | None:
         return None
 
 
+def is_running(pid: int, started: int | None) -> bool:
+    """``pid`` is the process that started at ``started`` and has not exited (a zombie has)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[0] not in ("Z", "X") and started is not None and int(fields[19]) == started
+
+
 def footprint(pid: int) -> Footprint:
     """RSS, PSS and USS of one process (smaps_rollup); zeros if it is gone."""
     fields = {}

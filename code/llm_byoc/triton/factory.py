@@ -30,6 +30,7 @@ from .kinds import Adapter, model_io
 from .server import find_install
 
 log = logging.getLogger(__name__)
+LOAD_GRACE_S = 10.0
 
 
 class TritonModel:
@@ -54,7 +55,7 @@ class TritonModel:
     def alive(self) -> bool:
         if self._stopped or self._client.server_pid() is None:
             return False
-        return all(memory.start_time(pid) == started for pid, started in self._stubs.items())
+        return all(memory.is_running(pid, started) for pid, started in self._stubs.items())
 
     def invoke(self, request: InvokeRequest, body: bytes, timeout_s: float = 60.0) -> tuple[InvokeReply, bytes]:
         started = time.perf_counter()
@@ -71,7 +72,7 @@ class TritonModel:
         self._stopped = True
         self._client.unload(self.spec.name, self._unload_timeout_s)
         deadline = time.monotonic() + timeout_s
-        while any(memory.start_time(p) == s for p, s in self._stubs.items()) and time.monotonic() < deadline:
+        while any(memory.is_running(p, s) for p, s in self._stubs.items()) and time.monotonic() < deadline:
             time.sleep(0.05)
         for pid, started in self._stubs.items():
             memory.kill_if_same(pid, started)
@@ -100,7 +101,8 @@ class TritonWorkerFactory:
         server_before = self._server_uss() if backend != "python" else 0
         repository.write_model(self.repository, spec, io, self.config.triton, backend, self.config.engine.num_threads)
         try:
-            self.client.load(spec.name, float(self.config.triton.load_timeout_s))
+            # Triton's own stub timeout (the load timeout) answers first, with its reason; this is the backstop.
+            self.client.load(spec.name, float(self.config.triton.load_timeout_s) + LOAD_GRACE_S)
         except BaseException as exc:
             self._give_up(spec.name)
             if isinstance(exc, RequestTimeout):
@@ -118,7 +120,11 @@ class TritonWorkerFactory:
                            float(self.config.triton.load_timeout_s))
 
     def _give_up(self, name: str) -> None:
+        """After a failed load: nothing of it may stay (Triton's model, its stubs, its folder)."""
+        stubs = {pid: memory.start_time(pid) for pid in self.client.stub_pids(name)}
         self.client.unload(name, 10.0)
+        for pid, started in stubs.items():
+            memory.kill_if_same(pid, started)
         repository.remove_model(self.repository, name)
 
     def _server_uss(self) -> int:
