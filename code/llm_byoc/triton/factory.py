@@ -62,8 +62,12 @@ class TritonModel:
         reply, out = self._adapter.invoke(self._client, request, body, min(timeout_s, request.timeout_s))
         return InvokeReply(reply.content_type, compute_s=time.perf_counter() - started), out
 
+    def footprint(self) -> memory.Footprint:
+        """Its stub processes' RSS / PSS / USS."""
+        return memory.tree_footprint([p for p, s in self._stubs.items() if memory.is_running(p, s)])
+
     def memory_bytes(self) -> int:
-        return memory.tree_footprint(list(self._stubs)).uss + self._server_growth
+        return self.footprint().uss + self._server_growth
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Unload from Triton and wait for its stubs to exit (killed after ``timeout_s``)."""
