@@ -43,6 +43,7 @@ from flask import Flask
 
 from ..api.errors import register_error_handlers
 from ..config import EngineConfig, MultiModelConfig
+from .bench_backends import cold_load
 from .demo_repository import EMBEDDING_NAME, IMAGE_NAME, LLM_NAME, build_demo_repository, drawn_test_image
 from .messages import InvokeRequest
 from .routes import MODEL_TIME_HEADER, model_manager, register_multi_model_routes
@@ -95,15 +96,7 @@ def make_client(root: Path, num_threads: int):
 
 
 def mme_cold_start(client, folder: Path, name: str) -> float:
-    body, content_type = sample_request(name)
-    started = time.perf_counter()
-    response = client.post("/models", json={"model_name": name, "url": str(folder)})
-    if response.status_code != 200:
-        raise RuntimeError(f"POST /models {name}: {response.status_code} {response.get_data(as_text=True)}")
-    response = client.post(f"/models/{name}/invoke", data=body, content_type=content_type)
-    elapsed = time.perf_counter() - started
-    if response.status_code != 200:
-        raise RuntimeError(f"invoke {name}: {response.status_code} {response.get_data(as_text=True)}")
+    elapsed = cold_load(client, folder, name, *sample_request(name))
     client.delete(f"/models/{name}")
     return elapsed
 

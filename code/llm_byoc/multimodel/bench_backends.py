@@ -104,17 +104,23 @@ def _batching(app, name: str) -> dict | None:
         return None
 
 
-def bench_model(app, folder: Path, name: str, sample, levels: list[int], requests: int) -> dict:
-    client = app.test_client()
-    body, content_type = sample(name)
+def cold_load(client, folder: Path, name: str, body: bytes, content_type: str) -> float:
+    """Seconds from ``POST /models`` through the first answer (the model stays loaded)."""
     started = time.perf_counter()
     response = client.post("/models", json={"model_name": name, "url": str(folder)})
     if response.status_code != 200:
         raise RuntimeError(f"POST /models {name}: {response.status_code} {response.get_data(as_text=True)[:300]}")
-    first = client.post(f"/models/{name}/invoke", data=body, content_type=content_type)
-    cold = time.perf_counter() - started
-    if first.status_code != 200:
-        raise RuntimeError(f"invoke {name}: {first.status_code} {first.get_data(as_text=True)[:300]}")
+    response = client.post(f"/models/{name}/invoke", data=body, content_type=content_type)
+    elapsed = time.perf_counter() - started
+    if response.status_code != 200:
+        raise RuntimeError(f"invoke {name}: {response.status_code} {response.get_data(as_text=True)[:300]}")
+    return elapsed
+
+
+def bench_model(app, folder: Path, name: str, sample, levels: list[int], requests: int) -> dict:
+    client = app.test_client()
+    body, content_type = sample(name)
+    cold = cold_load(client, folder, name, body, content_type)
     figures = {"cold_load_s": round(cold, 3), "memory": _memory(app, name), "warm": {}}
     for clients in levels:
         before = _batching(app, name)
