@@ -69,8 +69,8 @@ class TritonClient:
         raise EngineNotReady(f"tritonserver was not ready within {timeout_s:.0f} s")
 
     def check_health(self) -> None:
-        """EngineDead unless the server answers ready within 2 s (what /ping reports)."""
-        if not self.ready(2.0):
+        """EngineDead unless the server answers ready within 1 s (/ping answers within 2 s)."""
+        if not self.ready(1.0):
             raise EngineDead("the Triton server is not ready or not answering")
 
     def server_pid(self) -> int | None:
