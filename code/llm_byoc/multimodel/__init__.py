@@ -10,7 +10,8 @@ LRU cache of models, each in its own worker process.
     messages.py       typed plain-data messages on the model process's pipe
     handlers/         causal LM (LLMEngine), text (transformers), image (ONNX Runtime)
     demo_repository.py, mobilenet.py   the offline demo repository
-    bench.py          cold start, warm latency and memory figures, per backend
+    bench.py          cold start and warm overhead figures; ``--backends`` runs
+    bench_backends.py the backends side by side (cold load, p50/p99, req/s, memory)
 
 The Triton backend (LLM_BYOC_MULTI_MODEL_BACKEND=triton) lives in ``llm_byoc.triton``.
 """
