@@ -18,7 +18,7 @@ import logging
 
 from ..config import EngineConfig
 from ..errors import EngineNotReady, ModelLoadError, RequestTimeout, ServingError
-from ..process import CallTimeout, WorkerHandle, WorkerStartFailed, get_context, memory
+from ..process import CallTimeout, WorkerHandle, WorkerStartFailed, get_context, procfs
 from ..process.launcher import resolve, zygote_pid
 from ..protocol import Shutdown, WorkerFailure
 from . import messages
@@ -80,7 +80,7 @@ class ModelProcess:
             raise ServingError.from_wire(reply.error_type, reply.message)
         return reply, out
 
-    def footprint(self) -> memory.Footprint:
+    def footprint(self) -> procfs.Footprint:
         return self._handle.memory()
 
     def memory_bytes(self) -> int:
@@ -95,4 +95,4 @@ class ModelProcess:
 def shared_bytes() -> int:
     """The zygote's resident memory: the library pages every forked model shares, counted once."""
     pid = zygote_pid()
-    return memory.footprint(pid).rss if pid else 0
+    return procfs.footprint(pid).rss if pid else 0

@@ -9,7 +9,7 @@
                  from a zygote that has imported torch and transformers once)
     zygote.py    what the zygote imports, with the thread rules that make forking safe
     threads.py   OpenMP / BLAS settings applied before torch loads
-    memory.py    /proc: a process tree, its RSS and its own (unique) memory
+    procfs.py    /proc: a process tree, its RSS and its own (unique) memory
 
 The engine's model worker (``executor.StepWorker`` + ``worker.main``) and each model of
 multi-model mode (``multimodel.ModelProcess`` + ``multimodel.model_entry``) use it.

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..errors import EngineDead, EngineNotReady, QueueFull
 from ..protocol import EngineState, WorkerFailure
-from . import memory
+from . import procfs
 from .channel import BadFrame, Channel, Codec
 
 log = logging.getLogger(__name__)
@@ -78,6 +78,7 @@ class WorkerHandle:
         self._channel: Channel | None = None
         self._watcher: threading.Thread | None = None
         self._descendants: dict[int, int | None] = {}  # pid -> start time, seen while alive
+        self._started: int | None = None  # the process's start time (tells a reused pid apart)
 
     # --- start and handshake ----------------------------------------------------
 
@@ -88,6 +89,7 @@ class WorkerHandle:
             target=target, args=(child_conn, *args), name=self.name, daemon=self._daemon
         )
         self._process.start()
+        self._started = procfs.start_time(self._process.pid)
         child_conn.close()
         self._channel = Channel(parent_conn, self._codec)
         self._watcher = threading.Thread(target=self._watch, name=f"watch {self.name}", daemon=True)
@@ -137,8 +139,15 @@ class WorkerHandle:
 
     @property
     def alive(self) -> bool:
-        """Ready and running; False as soon as the process has exited, even before anyone reads EOF."""
-        return self.state is EngineState.READY and not self.has_exited()
+        """Ready and running; False as soon as the process has exited, even before anyone reads EOF.
+
+        The sentinel of a forked-from-the-zygote process is a pipe the zygote
+        closes only after it has reaped the process, a moment later: /proc
+        tells at once (an exited process is a zombie or gone).
+        """
+        if self.state is not EngineState.READY or self.has_exited():
+            return False
+        return self._started is None or procfs.is_running(self._process.pid, self._started)
 
     # --- calls ---------------------------------------------------------------------
 
@@ -237,14 +246,14 @@ class WorkerHandle:
         """Treat the worker as dead now (a hung worker): kill it and fail its calls."""
         self._die(detail)
 
-    def memory(self) -> memory.Footprint:
+    def memory(self) -> procfs.Footprint:
         """RSS / PSS / USS of the process and its descendants (recorded, to be killed on stop)."""
         if self._process is None or self.has_exited():
-            return memory.Footprint()
-        tree = memory.process_tree(self._process.pid)
+            return procfs.Footprint()
+        tree = procfs.process_tree(self._process.pid)
         for pid in tree[1:]:
-            self._descendants.setdefault(pid, memory.start_time(pid))
-        return memory.tree_footprint(tree)
+            self._descendants.setdefault(pid, procfs.start_time(pid))
+        return procfs.tree_footprint(tree)
 
     def stop(self, shutdown: Any, timeout_s: float = 10.0) -> None:
         """Send ``shutdown``; kill the process if it has not exited within ``timeout_s``. Idempotent.
@@ -268,5 +277,5 @@ class WorkerHandle:
         self._die("the worker was stopped")
         self._watcher.join(5)
         for pid, started in self._descendants.items():
-            memory.kill_if_same(pid, started)
+            procfs.kill_if_same(pid, started)
         self._channel.close()

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..config import TritonConfig
 from ..errors import EngineDead, EngineNotReady, ModelLoadError, RequestTimeout, ServingError
-from ..process import memory
+from ..process import procfs
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class TritonClient:
 
     def server_pid(self) -> int | None:
         """The tritonserver serving our repository (a sibling under ``serve``, or our child)."""
-        if self._server is not None and memory.start_time(self._server[0]) == self._server[1]:
+        if self._server is not None and procfs.start_time(self._server[0]) == self._server[1]:
             return self._server[0]
         needle = f"--model-repository={self.config.repository}".encode()
         for entry in os.listdir("/proc"):
@@ -87,7 +87,7 @@ class TritonClient:
             except OSError:
                 continue
             if args and args[0].endswith(b"tritonserver") and needle in args:
-                self._server = (int(entry), memory.start_time(int(entry)))
+                self._server = (int(entry), procfs.start_time(int(entry)))
                 return self._server[0]
         return None
 
@@ -98,7 +98,7 @@ class TritonClient:
             return []
         marker = f"{self.config.repository.rstrip('/')}/{model}/".encode()
         stubs = []
-        for child in memory.process_tree(pid)[1:]:
+        for child in procfs.process_tree(pid)[1:]:
             try:
                 with open(f"/proc/{child}/cmdline", "rb") as handle:
                     if marker in handle.read():

@@ -23,7 +23,7 @@ from ..errors import ModelLoadError, RequestTimeout, ServingError
 from ..multimodel.messages import InvokeReply, InvokeRequest
 from ..multimodel.model_engine import ProcessWorkerFactory
 from ..multimodel.store import ModelSpec, Task
-from ..process import memory
+from ..process import procfs
 from . import repository
 from .client import TritonClient
 from .kinds import Adapter, model_io
@@ -42,7 +42,7 @@ class TritonModel:
         self.load_time_s = load_time_s
         self._client = client
         self._adapter = adapter
-        self._stubs = {pid: memory.start_time(pid) for pid in stubs}
+        self._stubs = {pid: procfs.start_time(pid) for pid in stubs}
         self._server_growth = server_growth  # native backends: what the server grew by at load
         self._unload_timeout_s = unload_timeout_s
         self._stopped = False
@@ -55,16 +55,16 @@ class TritonModel:
     def alive(self) -> bool:
         if self._stopped or self._client.server_pid() is None:
             return False
-        return all(memory.is_running(pid, started) for pid, started in self._stubs.items())
+        return all(procfs.is_running(pid, started) for pid, started in self._stubs.items())
 
     def invoke(self, request: InvokeRequest, body: bytes, timeout_s: float = 60.0) -> tuple[InvokeReply, bytes]:
         started = time.perf_counter()
         reply, out = self._adapter.invoke(self._client, request, body, min(timeout_s, request.timeout_s))
         return InvokeReply(reply.content_type, compute_s=time.perf_counter() - started), out
 
-    def footprint(self) -> memory.Footprint:
+    def footprint(self) -> procfs.Footprint:
         """Its stub processes' RSS / PSS / USS."""
-        return memory.tree_footprint([p for p, s in self._stubs.items() if memory.is_running(p, s)])
+        return procfs.tree_footprint([p for p, s in self._stubs.items() if procfs.is_running(p, s)])
 
     def memory_bytes(self) -> int:
         return self.footprint().uss + self._server_growth
@@ -76,10 +76,10 @@ class TritonModel:
         self._stopped = True
         self._client.unload(self.spec.name, self._unload_timeout_s)
         deadline = time.monotonic() + timeout_s
-        while any(memory.is_running(p, s) for p, s in self._stubs.items()) and time.monotonic() < deadline:
+        while any(procfs.is_running(p, s) for p, s in self._stubs.items()) and time.monotonic() < deadline:
             time.sleep(0.05)
         for pid, started in self._stubs.items():
-            memory.kill_if_same(pid, started)
+            procfs.kill_if_same(pid, started)
         repository.remove_model(Path(self._client.config.repository), self.spec.name)
 
 
@@ -125,15 +125,15 @@ class TritonWorkerFactory:
 
     def _give_up(self, name: str) -> None:
         """After a failed load: nothing of it may stay (Triton's model, its stubs, its folder)."""
-        stubs = {pid: memory.start_time(pid) for pid in self.client.stub_pids(name)}
+        stubs = {pid: procfs.start_time(pid) for pid in self.client.stub_pids(name)}
         self.client.unload(name, 10.0)
         for pid, started in stubs.items():
-            memory.kill_if_same(pid, started)
+            procfs.kill_if_same(pid, started)
         repository.remove_model(self.repository, name)
 
     def _server_uss(self) -> int:
         pid = self.client.server_pid()
-        return memory.footprint(pid).uss if pid else 0
+        return procfs.footprint(pid).uss if pid else 0
 
     def check_health(self) -> None:
         """/ping: 503 while Triton is not ready or gone."""
@@ -142,7 +142,7 @@ class TritonWorkerFactory:
     def shared_bytes(self) -> int:
         """tritonserver itself and the zygote (the causal LMs'), counted once, outside the budget."""
         pid = self.client.server_pid()
-        return (memory.footprint(pid).rss if pid else 0) + self.native.shared_bytes()
+        return (procfs.footprint(pid).rss if pid else 0) + self.native.shared_bytes()
 
     def close(self) -> None:
         try:

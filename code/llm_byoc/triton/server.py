@@ -65,7 +65,22 @@ def _pytriton_install() -> TritonInstall | None:
         return None
     if not stub.is_file():
         raise TritonUnavailable(f"nvidia-pytriton has no Python backend stub for Python {version}")
+    _require_libpython(version)
     return TritonInstall(dist / "bin" / "tritonserver", dist / "backends", (str(libs),), stub)
+
+
+def _require_libpython(version: str) -> None:
+    """The stub embeds libpython{version}.so.1.0; without it every load would wait out the stub timeout."""
+    import ctypes.util
+
+    name = f"libpython{version}.so.1.0"
+    libdir = sysconfig.get_config_var("LIBDIR") or ""
+    if (Path(libdir) / name).is_file() or ctypes.util.find_library(f"python{version}"):
+        return
+    raise TritonUnavailable(
+        f"the Python backend stub needs {name} (a Python built with --enable-shared, or Debian's "
+        f"libpython{version} package); it is not in {libdir or 'LIBDIR'} nor known to the dynamic linker"
+    )
 
 
 def find_install(server: str = "") -> TritonInstall:
