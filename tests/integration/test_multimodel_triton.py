@@ -140,7 +140,7 @@ def test_a_stub_that_never_starts_is_a_5xx_within_the_load_timeout(root, tmp_pat
         pytest.skip(f"no tritonserver here: {exc}")
     shutil.copytree(install.backends, backends)
     stub = backends / "python" / "triton_python_backend_stub"
-    stub.write_text("#!/bin/sh\nexec sleep 600\n")  # a stub that never says hello
+    stub.write_text("#!/bin/sh\nexec sleep 120\n")  # a stub that never says hello
     stub.chmod(0o755)
     with running_triton(config, tmp_path / "triton.log"):
         app = make_app(root, config)
