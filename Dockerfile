@@ -35,6 +35,23 @@ COPY code /tmp/llm-byoc/code
 RUN pip install --no-cache-dir /tmp/llm-byoc \
  && rm -rf /tmp/llm-byoc /root/.cache
 
+# Multi-model on Triton (LLM_BYOC_MULTI_MODEL_BACKEND=triton), off by default:
+#   --build-arg TRITON=pytriton  tritonclient + the CPU-capable tritonserver inside the nvidia-pytriton
+#                                wheel (its Python API, and that API's numpy<2 pin, are not used: --no-deps).
+#                                Its Python backend stub embeds libpython3.X.so.1.0: where the Python has
+#                                none (Debian's python3), the libpython3.X package is installed with it.
+#   --build-arg TRITON=client    tritonclient only: a base image that has NVIDIA's tritonserver on PATH
+#                                (BASE_IMAGE=nvcr.io/nvidia/tritonserver:<version>-py3, the GPU build)
+ARG TRITON=none
+RUN if [ "$TRITON" != none ]; then pip install --no-cache-dir "tritonclient[grpc]>=2.50" "onnx>=1.16"; fi \
+ && if [ "$TRITON" = pytriton ]; then \
+      pip install --no-cache-dir --no-deps "nvidia-pytriton==0.7.0" \
+      && v=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])') \
+      && { python3 -c "import ctypes.util, sys; sys.exit(not ctypes.util.find_library('python$v'))" \
+           || { apt-get update && apt-get install -y --no-install-recommends "libpython$v" \
+                && rm -rf /var/lib/apt/lists/*; }; }; \
+    fi
+
 COPY container/serve /usr/local/bin/serve
 RUN chmod 0755 /usr/local/bin/serve && mkdir -p /opt/ml/model
 

@@ -4,7 +4,9 @@
 # REPO_DIR defaults to models/mme (build it with local_test/build_model_repository.sh);
 # it is mounted read-only at /opt/ml/models. LOCAL=1 runs the server on this
 # machine instead of in Docker (python -m llm_byoc.api.serve).
-# Environment: IMAGE, PORT, NAME, MEMORY_BUDGET (bytes, 2GiB, or a RAM fraction like 0.6).
+# Environment: IMAGE, PORT, NAME, MEMORY_BUDGET (bytes, 2GiB, or a RAM fraction like 0.6),
+# BACKEND (native, or triton: an image built with --build-arg TRITON=pytriton, or LOCAL=1
+# with nvidia-pytriton and tritonclient installed).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 REPO_DIR=$REPO/models/mme
@@ -12,10 +14,12 @@ if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then REPO_DIR=$1; shift; fi
 REPO_DIR=$(realpath "$REPO_DIR")
 [ -d "$REPO_DIR" ] || { echo "no model repository at $REPO_DIR (run local_test/build_model_repository.sh)" >&2; exit 1; }
 BUDGET=${MEMORY_BUDGET:-3GiB}
+BACKEND=${BACKEND:-native}
 if [ "${LOCAL:-0}" = 1 ]; then
-  export SAGEMAKER_MULTI_MODEL=true LLM_BYOC_MODEL_ROOT="$REPO_DIR" LLM_BYOC_MEMORY_BUDGET="$BUDGET" SAGEMAKER_BIND_TO_PORT="$PORT"
+  export SAGEMAKER_MULTI_MODEL=true LLM_BYOC_MODEL_ROOT="$REPO_DIR" LLM_BYOC_MEMORY_BUDGET="$BUDGET" SAGEMAKER_BIND_TO_PORT="$PORT" \
+    LLM_BYOC_MULTI_MODEL_BACKEND="$BACKEND"
   exec python3 -m llm_byoc.api.serve
 fi
 exec docker run --rm --name "$NAME" -p "$PORT:8080" \
-  -e SAGEMAKER_MULTI_MODEL=true -e LLM_BYOC_MEMORY_BUDGET="$BUDGET" \
+  -e SAGEMAKER_MULTI_MODEL=true -e LLM_BYOC_MEMORY_BUDGET="$BUDGET" -e LLM_BYOC_MULTI_MODEL_BACKEND="$BACKEND" \
   -v "$REPO_DIR:/opt/ml/models:ro" "$@" "$IMAGE" serve

@@ -50,6 +50,17 @@ ENV_SERVED_MODEL_NAME = "LLM_BYOC_SERVED_MODEL_NAME"
 # Multi-model
 ENV_MODEL_ROOT = "LLM_BYOC_MODEL_ROOT"
 ENV_MEMORY_BUDGET = "LLM_BYOC_MEMORY_BUDGET"
+ENV_MULTI_MODEL_BACKEND = "LLM_BYOC_MULTI_MODEL_BACKEND"
+ENV_WORKER_START = "LLM_BYOC_WORKER_START"
+# Multi-model on Triton (LLM_BYOC_MULTI_MODEL_BACKEND=triton)
+ENV_TRITON_SERVER = "LLM_BYOC_TRITON_SERVER"
+ENV_TRITON_REPOSITORY = "LLM_BYOC_TRITON_REPOSITORY"
+ENV_TRITON_HTTP_PORT = "LLM_BYOC_TRITON_HTTP_PORT"
+ENV_TRITON_GRPC_PORT = "LLM_BYOC_TRITON_GRPC_PORT"
+ENV_TRITON_LOAD_TIMEOUT = "LLM_BYOC_TRITON_LOAD_TIMEOUT"
+ENV_TRITON_MAX_BATCH_SIZE = "LLM_BYOC_TRITON_MAX_BATCH_SIZE"
+ENV_TRITON_BATCH_DELAY_US = "LLM_BYOC_TRITON_BATCH_DELAY_US"
+ENV_TRITON_INSTANCES = "LLM_BYOC_TRITON_INSTANCES"
 
 DEFAULT_MODEL_DIR = "/opt/ml/model"
 DEFAULT_ADAPTERS_DIR = "/opt/ml/model/adapters"
@@ -59,6 +70,8 @@ DEFAULT_MODEL_ROOT = "/opt/ml/models"
 _DTYPES = ("auto", "float32", "float16", "bfloat16")
 LINEAR_BACKENDS = ("auto", "onednn", "aten")  # see worker/linear.py
 _DEVICES = ("auto", "cpu", "cuda")
+MULTI_MODEL_BACKENDS = ("native", "triton")
+WORKER_START_METHODS = ("auto", "forkserver", "spawn")  # see process/launcher.py
 
 
 class ConfigError(ValueError):
@@ -267,15 +280,64 @@ def parse_memory_budget(raw: str, total_bytes: int) -> int:
 
 
 @dataclass(frozen=True)
+class TritonConfig:
+    """Triton Inference Server as the multi-model backend (see ``llm_byoc/triton``)."""
+
+    server: str = ""  # the tritonserver binary; "": on PATH, else the one in nvidia-pytriton
+    repository: str = "/tmp/llm_byoc_triton"  # the model repository our layer writes
+    http_port: int = 8000  # bound to 127.0.0.1: only this container talks to Triton
+    grpc_port: int = 8001
+    load_timeout_s: int = 120  # a model not loaded by then is a 504 and is unloaded
+    max_batch_size: int = 8  # dynamic batching: requests Triton may run as one batch
+    batch_delay_us: int = 2000  # how long Triton holds a request to fill a batch
+    instances: int = 1  # model instances (processes of the Python backend) per model
+
+    def __post_init__(self) -> None:
+        for name, port in ((ENV_TRITON_HTTP_PORT, self.http_port), (ENV_TRITON_GRPC_PORT, self.grpc_port)):
+            _require(0 < port < 65536, f"{name} must be a TCP port, not {port}")
+        _require(self.http_port != self.grpc_port, f"{ENV_TRITON_HTTP_PORT} and {ENV_TRITON_GRPC_PORT} must differ")
+        _require(self.load_timeout_s >= 1, f"{ENV_TRITON_LOAD_TIMEOUT} must be >= 1")
+        _require(self.max_batch_size >= 1, f"{ENV_TRITON_MAX_BATCH_SIZE} must be >= 1")
+        _require(self.batch_delay_us >= 0, f"{ENV_TRITON_BATCH_DELAY_US} must be >= 0")
+        _require(self.instances >= 1, f"{ENV_TRITON_INSTANCES} must be >= 1")
+        _require(bool(self.repository), f"{ENV_TRITON_REPOSITORY} must name a folder")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "TritonConfig":
+        env = os.environ if env is None else env
+        return cls(
+            server=env.get(ENV_TRITON_SERVER) or "",
+            repository=env.get(ENV_TRITON_REPOSITORY) or "/tmp/llm_byoc_triton",
+            http_port=_int(env, ENV_TRITON_HTTP_PORT, 8000),
+            grpc_port=_int(env, ENV_TRITON_GRPC_PORT, 8001),
+            load_timeout_s=_int(env, ENV_TRITON_LOAD_TIMEOUT, 120),
+            max_batch_size=_int(env, ENV_TRITON_MAX_BATCH_SIZE, 8),
+            batch_delay_us=_int(env, ENV_TRITON_BATCH_DELAY_US, 2000),
+            instances=_int(env, ENV_TRITON_INSTANCES, 1),
+        )
+
+
+@dataclass(frozen=True)
 class MultiModelConfig:
     """Settings of multi-model mode (SAGEMAKER_MULTI_MODEL=true)."""
 
     model_root: str = DEFAULT_MODEL_ROOT  # every model path must stay under this folder
     memory_budget_bytes: int = 4 * 1024**3
     engine: EngineConfig = field(default_factory=lambda: EngineConfig(max_num_seqs=8))
+    backend: str = "native"  # native: a process per model; triton: Triton hosts the models
+    start_method: str = "auto"  # model processes: forkserver (zygote), spawn; auto: spawn on CUDA
+    triton: TritonConfig = field(default_factory=TritonConfig)
 
     def __post_init__(self) -> None:
         _require(self.memory_budget_bytes > 0, f"{ENV_MEMORY_BUDGET} must be positive")
+        _require(
+            self.backend in MULTI_MODEL_BACKENDS,
+            f"{ENV_MULTI_MODEL_BACKEND} must be one of {MULTI_MODEL_BACKENDS}, not {self.backend!r}",
+        )
+        _require(
+            self.start_method in WORKER_START_METHODS,
+            f"{ENV_WORKER_START} must be one of {WORKER_START_METHODS}, not {self.start_method!r}",
+        )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "MultiModelConfig":
@@ -286,4 +348,7 @@ class MultiModelConfig:
             model_root=env.get(ENV_MODEL_ROOT) or DEFAULT_MODEL_ROOT,
             memory_budget_bytes=budget,
             engine=EngineConfig.from_env(env),
+            backend=(env.get(ENV_MULTI_MODEL_BACKEND) or "native").lower(),
+            start_method=(env.get(ENV_WORKER_START) or "auto").lower(),
+            triton=TritonConfig.from_env(env),
         )

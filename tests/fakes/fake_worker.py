@@ -10,7 +10,8 @@ writes belongs to any other live sequence) and answers a violation with a
 non-fatal WorkerFailure, so a scheduler bug fails a test instead of passing
 silently.
 
-Use ``fake_target(FakeModel(...))`` as the executor's worker target.
+Use ``fake_target(FakeModel(...))`` as the executor's worker target; it
+speaks the real framing (``process.Channel``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import time
 from dataclasses import dataclass
 
 from llm_byoc import protocol
+from llm_byoc.process import Channel
 from llm_byoc.protocol import (
     ModelInfo,
     SampledToken,
@@ -127,8 +129,10 @@ class FakeRunner:
 
 
 def run_fake_worker(conn, config, model: FakeModel = FakeModel()) -> None:
-    def send(message) -> None:
-        conn.send_bytes(protocol.encode(message))
+    channel = Channel(conn, protocol)
+
+    def send(message, call_id: int = 0) -> None:
+        channel.send(call_id, message)
 
     time.sleep(model.load_delay_s)
     if model.fail_load:
@@ -151,7 +155,7 @@ def run_fake_worker(conn, config, model: FakeModel = FakeModel()) -> None:
     send(WorkerReady(info))
     runner, steps = FakeRunner(model, info.max_num_seqs), 0
     while True:
-        message = protocol.decode(conn.recv_bytes())
+        call_id, message, _ = channel.receive()
         if isinstance(message, Shutdown):
             return
         steps += 1
@@ -159,11 +163,11 @@ def run_fake_worker(conn, config, model: FakeModel = FakeModel()) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(model.step_delay_s)
         try:
-            send(runner.step(message))
+            send(runner.step(message), call_id)
         except ContractError as exc:
-            send(WorkerFailure("contract_error", str(exc), fatal=False))
+            send(WorkerFailure("contract_error", str(exc), fatal=False), call_id)
 
 
 def fake_target(model: FakeModel = FakeModel()):
-    """A picklable worker target for WorkerProcess / LLMEngine.start."""
+    """A picklable worker target for StepWorker / LLMEngine.start."""
     return functools.partial(run_fake_worker, model=model)

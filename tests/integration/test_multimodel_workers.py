@@ -1,13 +1,17 @@
-"""Multi-model mode with real worker processes (tiny ONNX and BERT models).
+"""Multi-model mode with real model processes (tiny ONNX and BERT models), on both backends.
 
 Isolation (a killed worker fails alone and reloads), memory returned on
 unload, corrupt folders, one load for concurrent first requests, eviction
-driven by the measured RSS of the workers.
+driven by the measured memory of the workers. Every app-level test runs
+against the native backend (a process per model, forked from the zygote) and
+the Triton backend (Triton's Python backend stubs); Triton's own failure
+modes are in test_multimodel_triton.py.
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import os
 import signal
@@ -21,15 +25,17 @@ import pytest
 from flask import Flask
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "multimodel"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from llm_byoc.api.errors import register_error_handlers
 from llm_byoc.config import EngineConfig, MultiModelConfig
 from llm_byoc.errors import EngineDead
-from llm_byoc.multimodel.messages import Invocation
+from llm_byoc.multimodel.messages import InvokeRequest
 from llm_byoc.multimodel.model_engine import ProcessWorkerFactory
 from llm_byoc.multimodel.routes import model_manager, register_multi_model_routes
 from llm_byoc.multimodel.store import describe_model
-from llm_byoc.multimodel.worker_client import ModelWorker
+from llm_byoc.multimodel.model_process import ModelProcess
+from fixtures.triton_server import running_triton, triton_config
 from mme_tiny_models import build_tiny_embedder, build_tiny_onnx, png_bytes
 
 MiB = 1024 * 1024
@@ -46,9 +52,32 @@ def root(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def triton(tmp_path_factory):
+    """One tritonserver for this module's Triton runs (skips them, with the reason, where none runs)."""
+    tmp = tmp_path_factory.mktemp("triton")
+    config = triton_config(tmp, load_timeout_s=60)
+    with running_triton(config, tmp / "triton.log"):
+        yield config
+
+
+@pytest.fixture(params=["native", "triton"])
+def backend(request) -> MultiModelConfig:
+    """The multi-model settings of one backend (model_root and budget set by make_app)."""
+    engine = EngineConfig(num_threads=1)
+    if request.param == "triton":
+        return MultiModelConfig(engine=engine, backend="triton", triton=request.getfixturevalue("triton"))
+    return MultiModelConfig(engine=engine)
+
+
 class CountingFactory:
-    def __init__(self):
-        self.inner = ProcessWorkerFactory(EngineConfig(num_threads=1))
+    def __init__(self, config: MultiModelConfig):
+        if config.backend == "triton":
+            from llm_byoc.triton.factory import TritonWorkerFactory
+
+            self.inner = TritonWorkerFactory.from_config(config)
+        else:
+            self.inner = ProcessWorkerFactory(config.engine, start_method=config.start_method)
         self.loads: list[str] = []
         self._lock = threading.Lock()
 
@@ -57,18 +86,26 @@ class CountingFactory:
             self.loads.append(spec.name)
         return self.inner(spec)
 
+    def shared_bytes(self) -> int:
+        return self.inner.shared_bytes()
 
-def make_app(root: Path, budget: int = 4 * 1024 * MiB):
+    def check_health(self) -> None:
+        getattr(self.inner, "check_health", lambda: None)()
+
+
+def make_app(root: Path, budget: int = 4 * 1024 * MiB, backend: MultiModelConfig | None = None):
     app = Flask("mme-test")
     register_error_handlers(app)
-    factory = CountingFactory()
-    register_multi_model_routes(app, MultiModelConfig(model_root=str(root), memory_budget_bytes=budget), factory)
+    config = dataclasses.replace(backend or MultiModelConfig(engine=EngineConfig(num_threads=1)),
+                                 model_root=str(root), memory_budget_bytes=budget)
+    factory = CountingFactory(config)
+    register_multi_model_routes(app, config, factory)
     return app, factory
 
 
 @pytest.fixture()
-def app_and_factory(root):
-    app, factory = make_app(root)
+def app_and_factory(root, backend):
+    app, factory = make_app(root, backend=backend)
     yield app, factory
     model_manager(app).shutdown()
 
@@ -95,7 +132,7 @@ def test_load_invoke_unload_returns_the_process(app_and_factory, root):
     client = app.test_client()
     response = client.post("/models", json={"model_name": "alpha", "url": str(root / "alpha")})
     assert response.status_code == 200, response.json
-    assert response.json["memory_bytes"] > 10 * MiB  # measured RSS, not the 331-byte file
+    assert response.json["memory_bytes"] > 10 * MiB  # measured (USS of its processes), not the 331-byte file
     response = classify(client, "alpha")
     assert response.status_code == 200 and response.json["predictions"][0]["label"] == "red"
     pid = worker_pid(app, "alpha")
@@ -121,19 +158,19 @@ def test_killed_worker_fails_alone_and_reloads(app_and_factory):
 
 
 def test_pending_requests_fail_when_the_worker_dies(root):
-    worker = ModelWorker(describe_model("gamma", root / "gamma"), num_threads=1)
+    worker = ModelProcess(describe_model("gamma", root / "gamma"), num_threads=1)
     worker.start(timeout_s=60)
     try:
         os.kill(worker.pid, signal.SIGSTOP)  # hold the request in flight
         with ThreadPoolExecutor(1) as pool:
-            pending = pool.submit(worker.invoke, Invocation(content_type="image/png"), png_bytes(RED), 30)
+            pending = pool.submit(worker.invoke, InvokeRequest(content_type="image/png"), png_bytes(RED), 30)
             time.sleep(0.2)
             os.kill(worker.pid, signal.SIGKILL)
             with pytest.raises(EngineDead):
                 pending.result(10)
         assert not worker.alive
         with pytest.raises(EngineDead):
-            worker.invoke(Invocation(content_type="image/png"), png_bytes(RED))
+            worker.invoke(InvokeRequest(content_type="image/png"), png_bytes(RED))
     finally:
         worker.stop()
 
@@ -141,12 +178,12 @@ def test_pending_requests_fail_when_the_worker_dies(root):
 def test_hung_worker_times_out_and_is_killed_on_stop(root):
     from llm_byoc.errors import RequestTimeout
 
-    worker = ModelWorker(describe_model("gamma", root / "gamma"), num_threads=1)
+    worker = ModelProcess(describe_model("gamma", root / "gamma"), num_threads=1)
     worker.start(timeout_s=60)
     pid = worker.pid
     os.kill(pid, signal.SIGSTOP)
     with pytest.raises(RequestTimeout):
-        worker.invoke(Invocation(content_type="image/png"), png_bytes(RED), timeout_s=0.5)
+        worker.invoke(InvokeRequest(content_type="image/png"), png_bytes(RED), timeout_s=0.5)
     started = time.monotonic()
     worker.stop(timeout_s=1.0)
     assert time.monotonic() - started < 10 and not pid_exists(pid)
@@ -182,8 +219,8 @@ def test_wrong_payload_for_the_kind(app_and_factory):
     assert client.post("/models/alpha/invoke", json=body).json["predictions"][0]["label"] == "red"
 
 
-def test_measured_memory_drives_lru_eviction(root):
-    app, factory = make_app(root, budget=1)  # placeholder, set below once a worker is measured
+def test_measured_memory_drives_lru_eviction(root, backend):
+    app, factory = make_app(root, budget=1, backend=backend)  # placeholder, set below once a worker is measured
     client = app.test_client()
     manager = model_manager(app)
     try:
@@ -203,9 +240,9 @@ def test_measured_memory_drives_lru_eviction(root):
 
 
 @pytest.mark.slow
-def test_text_embedding_worker(tmp_path):
+def test_text_embedding_worker(tmp_path, backend):
     build_tiny_embedder(tmp_path / "emb")
-    app, _ = make_app(tmp_path)
+    app, _ = make_app(tmp_path, backend=backend)
     client = app.test_client()
     try:
         response = client.post("/models/emb/invoke", json={"inputs": ["hello world", "bad movie"]})
@@ -220,11 +257,11 @@ def test_text_embedding_worker(tmp_path):
 
 
 @pytest.mark.slow
-def test_causal_lm_worker_serves_concurrent_requests(tmp_path, tiny_llama_dir):
+def test_causal_lm_worker_serves_concurrent_requests(tmp_path, tiny_llama_dir, backend):
     import shutil
 
     shutil.copytree(tiny_llama_dir, tmp_path / "tiny-llama")
-    app, _ = make_app(tmp_path)
+    app, _ = make_app(tmp_path, backend=backend)  # Triton: causal LMs stay on the native engine
     client = app.test_client()
     try:
         bodies = [{"inputs": f"Hello world {i}", "parameters": {"max_new_tokens": 5, "details": True}} for i in range(4)]

@@ -8,6 +8,7 @@ import pytest
 
 from llm_byoc import protocol
 from llm_byoc.config import EngineConfig
+from llm_byoc.process import Channel
 from llm_byoc.protocol import (
     NewSequence,
     SamplingParams,
@@ -34,7 +35,11 @@ def _start(config: EngineConfig):
 
 def _recv(conn, timeout_s: float = 60):
     assert conn.poll(timeout_s), "the worker did not answer"
-    return protocol.decode(conn.recv_bytes())
+    return Channel(conn, protocol).receive()[1]
+
+
+def _send(conn, message, call_id: int = 1) -> None:
+    Channel(conn, protocol).send(call_id, message)
 
 
 def test_ready_step_bad_message_shutdown(tiny_llama_dir):
@@ -43,15 +48,15 @@ def test_ready_step_bad_message_shutdown(tiny_llama_dir):
         ready = _recv(conn)
         assert isinstance(ready, WorkerReady) and ready.info.model_type == "llama"
         batch = StepBatch(0, [NewSequence("a", SamplingParams())], [ScheduledChunk("a", [5, 6, 7], 0, True, [1])])
-        conn.send_bytes(protocol.encode(batch))
+        _send(conn, batch)
         out = _recv(conn)
         assert isinstance(out, StepOutput) and [s.seq_id for s in out.samples] == ["a"]
-        conn.send_bytes(b'{"__t": "NoSuchMessage"}')
+        conn.send_bytes(b"\x00" * 7 + b"\x02\x00" + b'{"__t": "NoSuchMessage"}')
         failure = _recv(conn)
         assert isinstance(failure, WorkerFailure) and not failure.fatal
-        conn.send_bytes(protocol.encode(StepBatch(1, [], [ScheduledChunk("a", [out.samples[0].token_id], 3, True)])))
+        _send(conn, StepBatch(1, [], [ScheduledChunk("a", [out.samples[0].token_id], 3, True)]))
         assert isinstance(_recv(conn), StepOutput)  # kept serving after the bad message
-        conn.send_bytes(protocol.encode(Shutdown()))
+        _send(conn, Shutdown(), 0)
         process.join(30)
         assert process.exitcode == 0
     finally:

@@ -4,6 +4,7 @@ from llm_byoc.config import (
     ConfigError,
     EngineConfig,
     MultiModelConfig,
+    TritonConfig,
     ServerConfig,
     parse_memory_budget,
 )
@@ -98,3 +99,35 @@ def test_bad_memory_budget(raw):
 def test_multi_model_config_reads_root_and_budget():
     config = MultiModelConfig.from_env({"LLM_BYOC_MODEL_ROOT": "/srv/models", "LLM_BYOC_MEMORY_BUDGET": "1GiB"})
     assert config.model_root == "/srv/models" and config.memory_budget_bytes == 1024**3
+
+
+def test_multi_model_backend_start_method_and_triton_settings():
+    config = MultiModelConfig.from_env({
+        "LLM_BYOC_MULTI_MODEL_BACKEND": "Triton", "LLM_BYOC_WORKER_START": "spawn",
+        "LLM_BYOC_TRITON_REPOSITORY": "/srv/triton", "LLM_BYOC_TRITON_HTTP_PORT": "9000",
+        "LLM_BYOC_TRITON_GRPC_PORT": "9001", "LLM_BYOC_TRITON_LOAD_TIMEOUT": "30",
+        "LLM_BYOC_TRITON_MAX_BATCH_SIZE": "16", "LLM_BYOC_TRITON_BATCH_DELAY_US": "500",
+        "LLM_BYOC_TRITON_INSTANCES": "2", "LLM_BYOC_TRITON_SERVER": "/opt/tritonserver/bin/tritonserver",
+    })
+    assert (config.backend, config.start_method) == ("triton", "spawn")
+    assert config.triton == TritonConfig(
+        server="/opt/tritonserver/bin/tritonserver", repository="/srv/triton", http_port=9000, grpc_port=9001,
+        load_timeout_s=30, max_batch_size=16, batch_delay_us=500, instances=2,
+    )
+    defaults = MultiModelConfig.from_env({})
+    assert (defaults.backend, defaults.start_method, defaults.triton) == ("native", "auto", TritonConfig())
+
+
+@pytest.mark.parametrize(
+    "env, name",
+    [
+        ({"LLM_BYOC_MULTI_MODEL_BACKEND": "tensorrt"}, "LLM_BYOC_MULTI_MODEL_BACKEND"),
+        ({"LLM_BYOC_WORKER_START": "fork"}, "LLM_BYOC_WORKER_START"),
+        ({"LLM_BYOC_TRITON_GRPC_PORT": "8000"}, "LLM_BYOC_TRITON_GRPC_PORT"),
+        ({"LLM_BYOC_TRITON_MAX_BATCH_SIZE": "0"}, "LLM_BYOC_TRITON_MAX_BATCH_SIZE"),
+        ({"LLM_BYOC_TRITON_LOAD_TIMEOUT": "0"}, "LLM_BYOC_TRITON_LOAD_TIMEOUT"),
+    ],
+)
+def test_bad_multi_model_settings_name_the_variable(env, name):
+    with pytest.raises(ConfigError, match=name):
+        MultiModelConfig.from_env(env)

@@ -8,7 +8,10 @@ SIGTERM or SIGINT: gunicorn stops accepting and lets in-flight streams finish
 within the graceful timeout, then the engine stops; exit 0. A child that dies
 on its own takes the container down with a non-zero exit, so SageMaker
 replaces it (as in sagemaker-inference-toolkit). In multi-model mode there is
-no engine process: one gunicorn worker owns the model cache.
+no engine process: one gunicorn worker owns the model cache; with
+LLM_BYOC_MULTI_MODEL_BACKEND=triton, ``tritonserver`` is a third child
+(``python -m llm_byoc.triton.server`` execs it), supervised like the engine:
+if it dies, ``serve`` exits non-zero; on SIGTERM it stops after gunicorn.
 
 Children run in their own process group (a terminal's Ctrl-C reaches only
 ``serve``, which shuts down in order) and get SIGTERM if ``serve`` itself dies.
@@ -27,7 +30,7 @@ import sys
 import tempfile
 import time
 
-from ..config import ServerConfig
+from ..config import MultiModelConfig, ServerConfig
 from ..logging_setup import configure_logging
 from ..metrics import ENV_PROMETHEUS_MULTIPROC_DIR
 
@@ -71,6 +74,10 @@ def engine_command() -> list[str]:
     return [sys.executable, "-m", "llm_byoc.engine.server"]
 
 
+def triton_command() -> list[str]:
+    return [sys.executable, "-m", "llm_byoc.triton.server"]
+
+
 def _die_with_parent() -> None:
     try:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
@@ -101,6 +108,8 @@ class Supervisor:
     def start(self) -> None:
         if not self.config.multi_model:
             self._add("engine", _spawn("engine", engine_command()))
+        elif MultiModelConfig.from_env().backend == "triton":
+            self._add("tritonserver", _spawn("tritonserver", triton_command()))
         self._add("gunicorn", _spawn("gunicorn", gunicorn_command(self.config), gunicorn_env(self.config)))
 
     def _add(self, name: str, proc: subprocess.Popen) -> None:
@@ -141,9 +150,11 @@ class Supervisor:
         return 0 if clean else 1
 
     def stop_all(self) -> bool:
-        """gunicorn first (it drains in-flight streams), then the engine."""
+        """gunicorn first (it drains in-flight streams), then the engine or tritonserver."""
         clean = True
-        for name, grace in (("gunicorn", self.config.graceful_timeout_s + 10), ("engine", ENGINE_STOP_TIMEOUT_S)):
+        stops = (("gunicorn", self.config.graceful_timeout_s + 10), ("engine", ENGINE_STOP_TIMEOUT_S),
+                 ("tritonserver", ENGINE_STOP_TIMEOUT_S))
+        for name, grace in stops:
             clean &= self._stop(name, grace)
         return clean
 

@@ -19,8 +19,8 @@ from collections.abc import Callable
 
 from ..config import EngineConfig
 from ..errors import EngineDead, EngineNotReady, ServingError
-from ..executor import StepFailed, WorkerProcess
 from ..adapters.messages import AdapterCommand, AdapterReply
+from ..executor import StepFailed, StepWorker
 from ..protocol import (
     AddSequence,
     EngineOutputs,
@@ -41,7 +41,7 @@ class EngineCore:
     def __init__(self, config: EngineConfig, on_outputs: OutputCallback, worker_target=None):
         """``worker_target`` replaces the real model worker entry (tests use a fake)."""
         self.config = config
-        self._worker = WorkerProcess(config, worker_target, on_dead=self._on_worker_dead)
+        self._worker = StepWorker(config, worker_target, on_dead=self._on_worker_dead)
         self._on_outputs = on_outputs
         self._cond = threading.Condition()
         self._scheduler: Scheduler | None = None  # created once the model is loaded

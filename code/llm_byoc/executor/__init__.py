@@ -1,5 +1,5 @@
-"""Starts and watches the model worker process."""
+"""The engine's handle on its model worker process (built on ``llm_byoc.process``)."""
 
-from .worker_process import StepFailed, WorkerProcess
+from .step_worker import StepFailed, StepWorker
 
-__all__ = ["StepFailed", "WorkerProcess"]
+__all__ = ["StepFailed", "StepWorker"]

@@ -4,13 +4,16 @@ LRU cache of models, each in its own worker process.
     routes.py         Flask routes of the MME API
     manager.py        LRU cache under a memory budget: lazy load once, evict idle LRU, 507
     store.py          model metadata (llm_byoc_model.json or inferred) and path safety
-    model_engine.py   picks the handler for a model's kind; starts worker processes
-    worker_client.py  parent side of a worker: futures per request, death detection
-    worker_process.py child side: load, then answer invokes
-    messages.py       typed plain-data messages on the worker pipe
+    model_engine.py   picks the handler for a model's kind; the native backend's factory
+    model_process.py  parent side of a model's process (on process.WorkerHandle)
+    model_entry.py    child side: load, then answer invokes (process.serve_calls)
+    messages.py       typed plain-data messages on the model process's pipe
     handlers/         causal LM (LLMEngine), text (transformers), image (ONNX Runtime)
     demo_repository.py, mobilenet.py   the offline demo repository
-    bench.py          cold start and warm overhead figures
+    bench.py          cold start and warm overhead figures; ``--backends`` runs
+    bench_backends.py the backends side by side (cold load, p50/p99, req/s, memory)
+
+The Triton backend (LLM_BYOC_MULTI_MODEL_BACKEND=triton) lives in ``llm_byoc.triton``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,15 @@
-"""Multi-model figures: cold start and warm invoke overhead against a raw in-process model.
+"""Multi-model figures: cold start and warm invoke overhead against a raw in-process model,
+or (``--backends``) the backends side by side.
 
     python -m llm_byoc.multimodel.bench [--repo DIR] [--runs 3] [--requests 200] [--llm | --only NAME]
                                         [--skip-warm] [--json OUT]
+    python -m llm_byoc.multimodel.bench --backends native,triton [--levels 1,8] [--requests 200] [--llm]
+
+Backends (``bench_backends.py``): per backend and model, the cold load
+(``POST /models`` through the first answer), warm p50/p99 and requests/s at
+each concurrency, memory per loaded model, and Triton's requests per batch;
+printed as a table and written to ``benchmarks/results/mme_backends.json``
+(or ``--json``).
 
 Cold start: ``POST /models`` + the first invoke, through the Flask routes (a
 fresh worker process each run), against a raw load of the same model with the
@@ -35,8 +43,9 @@ from flask import Flask
 
 from ..api.errors import register_error_handlers
 from ..config import EngineConfig, MultiModelConfig
+from .bench_backends import cold_load
 from .demo_repository import EMBEDDING_NAME, IMAGE_NAME, LLM_NAME, build_demo_repository, drawn_test_image
-from .messages import Invocation
+from .messages import InvokeRequest
 from .routes import MODEL_TIME_HEADER, model_manager, register_multi_model_routes
 from .store import describe_model
 
@@ -59,7 +68,7 @@ def _raw_child(conn, spec_plain: dict, body: bytes, content_type: str, num_threa
 
     started = time.perf_counter()
     handler = create_handler(ModelSpec.from_plain(spec_plain), num_threads, EngineConfig(num_threads=num_threads))
-    handler.invoke(Invocation(content_type=content_type), body)
+    handler.invoke(InvokeRequest(content_type=content_type), body)
     conn.send(time.perf_counter() - started)
     handler.close()
 
@@ -87,15 +96,7 @@ def make_client(root: Path, num_threads: int):
 
 
 def mme_cold_start(client, folder: Path, name: str) -> float:
-    body, content_type = sample_request(name)
-    started = time.perf_counter()
-    response = client.post("/models", json={"model_name": name, "url": str(folder)})
-    if response.status_code != 200:
-        raise RuntimeError(f"POST /models {name}: {response.status_code} {response.get_data(as_text=True)}")
-    response = client.post(f"/models/{name}/invoke", data=body, content_type=content_type)
-    elapsed = time.perf_counter() - started
-    if response.status_code != 200:
-        raise RuntimeError(f"invoke {name}: {response.status_code} {response.get_data(as_text=True)}")
+    elapsed = cold_load(client, folder, name, *sample_request(name))
     client.delete(f"/models/{name}")
     return elapsed
 
@@ -124,7 +125,7 @@ def warm_overhead(client, folder: Path, name: str, requests: int, num_threads: i
         response = client.post(f"/models/{name}/invoke", data=body, content_type=content_type)
         in_worker.append(float(response.headers[MODEL_TIME_HEADER]) / 1e3)
 
-    direct, routed = interleaved(lambda: handler.invoke(Invocation(content_type=content_type), body), routed_call, requests)
+    direct, routed = interleaved(lambda: handler.invoke(InvokeRequest(content_type=content_type), body), routed_call, requests)
     # The fixed cost alone: a request the worker refuses at once (415), through the routes.
     refused = interleaved(lambda: None, lambda: client.post(f"/models/{name}/invoke", data=b"x", content_type="text/plain"), requests)[1]
     client.delete(f"/models/{name}")
@@ -169,8 +170,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-warm", action="store_true", help="cold starts only")
     parser.add_argument("--only", choices=[EMBEDDING_NAME, IMAGE_NAME, LLM_NAME], help="one model only")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--backends", help="compare these backends instead (native,triton)")
+    parser.add_argument("--levels", default="1,8", help="with --backends: client concurrencies")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    if args.backends:
+        return compare_backends(args)
     with tempfile.TemporaryDirectory(prefix="mme-bench-") as tmp:
         repo = build_demo_repository(args.repo or Path(tmp), include_llm=args.llm or args.only == LLM_NAME)
         app, client = make_client(next(iter(repo.values())).parent, args.threads)
@@ -189,6 +194,24 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(figures, indent=2))
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    return 0
+
+
+def compare_backends(args) -> int:
+    from .bench_backends import run_backends, table
+
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    levels = [int(level) for level in args.levels.split(",")]
+    with tempfile.TemporaryDirectory(prefix="mme-bench-") as tmp:
+        repo = build_demo_repository(args.repo or Path(tmp), include_llm=args.llm or args.only == LLM_NAME)
+        names = [args.only] if args.only else [EMBEDDING_NAME, IMAGE_NAME] + ([LLM_NAME] if args.llm else [])
+        results = run_backends(repo, names, backends, sample_request, levels, args.requests, args.threads)
+    figures = {"levels": levels, "requests": args.requests, "threads": args.threads, "backends": results}
+    print(table(results, levels))
+    out = args.json or Path("benchmarks/results/mme_backends.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(figures, indent=2) + "\n")
+    print(f"wrote {out}")
     return 0
 
 

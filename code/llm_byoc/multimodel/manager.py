@@ -8,7 +8,10 @@ evict, then load. On top of the cache:
   on its first invoke, exactly once however many first requests arrive
   together (one Future per model in ``_loading``; the others wait on it);
 * an in-flight counter per model: a model serving a request is never evicted;
-* accounting: a model counts ``max(estimate, measured RSS of its worker tree)``;
+* accounting: a model counts ``max(estimate, measured memory of its process
+  tree)``, where measured is the USS (the pages that are its own, freed when it
+  goes; for Triton, its stub processes'); the pages every model process shares
+  with the zygote are not the model's and are reported apart (``shared_bytes``);
   a load that cannot fit even after evicting every idle model is refused with
   InsufficientMemory (507), before anything is evicted;
 * a dead worker is dropped when next touched, so the next invoke reloads it.
@@ -28,7 +31,7 @@ from typing import Protocol
 
 from .. import metrics
 from ..errors import InsufficientMemory, ModelAlreadyLoaded, ModelNotFound
-from .messages import Invocation, Reply
+from .messages import InvokeReply, InvokeRequest
 from .store import ModelSpec, ModelStore, validate_name
 
 log = logging.getLogger(__name__)
@@ -45,7 +48,7 @@ class Worker(Protocol):
     @property
     def alive(self) -> bool: ...
 
-    def invoke(self, invocation: Invocation, body: bytes, timeout_s: float = ...) -> tuple[Reply, bytes]: ...
+    def invoke(self, invocation: InvokeRequest, body: bytes, timeout_s: float = ...) -> tuple[InvokeReply, bytes]: ...
 
     def memory_bytes(self) -> int: ...
 
@@ -53,7 +56,7 @@ class Worker(Protocol):
 
 
 @dataclass
-class LoadedModel:
+class CacheEntry:
     spec: ModelSpec
     worker: Worker
     accounted_bytes: int
@@ -69,13 +72,15 @@ class ModelManager:
         budget_bytes: int,
         worker_factory: Callable[[ModelSpec], Worker],
         drain_timeout_s: float = 30.0,
+        shared_bytes: Callable[[], int] = lambda: 0,
     ):
         self.store = store
         self.budget_bytes = budget_bytes
         self._factory = worker_factory
+        self._shared_bytes = shared_bytes  # outside the budget: the zygote's pages, once
         self._drain_timeout_s = drain_timeout_s
         self._lock = threading.Condition()
-        self._loaded: OrderedDict[str, LoadedModel] = OrderedDict()  # least recently used first
+        self._loaded: OrderedDict[str, CacheEntry] = OrderedDict()  # least recently used first
         self._loading: dict[str, Future] = {}
         self._reserved: dict[str, int] = {}  # bytes held for loads in progress
         self._releasing = 0  # bytes of evicted workers not yet joined
@@ -85,7 +90,7 @@ class ModelManager:
 
     # --- the SageMaker MME operations ------------------------------------------------
 
-    def add(self, name: object, url: object) -> LoadedModel:
+    def add(self, name: object, url: object) -> CacheEntry:
         """POST /models: register and load now; 409 if it is loaded or loading."""
         name = validate_name(name)
         with self._lock:
@@ -123,7 +128,7 @@ class ModelManager:
             self._releasing += entry.accounted_bytes
         self._stop(entry, "unloaded")
 
-    def invoke(self, name: str, invocation: Invocation, body: bytes) -> tuple[Reply, bytes]:
+    def invoke(self, name: str, invocation: InvokeRequest, body: bytes) -> tuple[InvokeReply, bytes]:
         started = time.monotonic()
         outcome = "error"
         try:
@@ -149,7 +154,7 @@ class ModelManager:
     # --- the cache ------------------------------------------------------------------------
 
     @contextmanager
-    def acquire(self, name: str) -> Iterator[LoadedModel]:
+    def acquire(self, name: str) -> Iterator[CacheEntry]:
         """A loaded model with its in-flight count held (loading it first if needed)."""
         entry = self._get_or_load(name)
         try:
@@ -160,7 +165,7 @@ class ModelManager:
                 entry.last_used = time.time()
                 self._lock.notify_all()
 
-    def _get_or_load(self, name: str) -> LoadedModel:
+    def _get_or_load(self, name: str) -> CacheEntry:
         while True:
             dead, owner = None, False
             with self._lock:
@@ -198,7 +203,7 @@ class ModelManager:
                     self._reserved.pop(name, None)
             measured = worker.memory_bytes()
             self._measured[name] = measured
-            entry = LoadedModel(spec, worker, max(estimate, measured))
+            entry = CacheEntry(spec, worker, max(estimate, measured))
             with self._lock:
                 self._loaded[name] = entry
             self._settle(entry)
@@ -221,7 +226,7 @@ class ModelManager:
     def _used_bytes(self) -> int:
         return sum(e.accounted_bytes for e in self._loaded.values()) + sum(self._reserved.values()) + self._releasing
 
-    def _pick_victims(self, need: int, keep: str) -> list[LoadedModel] | None:
+    def _pick_victims(self, need: int, keep: str) -> list[CacheEntry] | None:
         """Idle models, least recently used first, whose eviction makes ``need`` fit; None if nothing does."""
         used, victims = self._used_bytes(), []
         for victim_name, entry in self._loaded.items():
@@ -232,7 +237,7 @@ class ModelManager:
                 used -= entry.accounted_bytes
         return victims if used + need <= self.budget_bytes else None
 
-    def _evict(self, victims: list[LoadedModel]) -> None:
+    def _evict(self, victims: list[CacheEntry]) -> None:
         """Called with the lock held: take the victims out of the cache; join them outside."""
         for entry in victims:
             del self._loaded[entry.spec.name]
@@ -262,7 +267,7 @@ class ModelManager:
         for entry in victims:
             self._stop(entry, "evicted")
 
-    def _settle(self, entry: LoadedModel) -> None:
+    def _settle(self, entry: CacheEntry) -> None:
         """After a load measured more than estimated: evict idle models, or give this one up (507)."""
         name = entry.spec.name
         with self._lock:
@@ -282,7 +287,7 @@ class ModelManager:
                 f"the {self.budget_bytes // MiB} MiB budget next to the models serving requests"
             )
 
-    def _stop(self, entry: LoadedModel, why: str, account: bool = True) -> None:
+    def _stop(self, entry: CacheEntry, why: str, account: bool = True) -> None:
         started = time.monotonic()
         entry.worker.stop()
         if account:
@@ -316,11 +321,17 @@ class ModelManager:
         return sorted(names | {spec.name for spec in self.store.registered()})
 
     def memory_summary(self) -> dict:
+        shared = self._shared_bytes()
         with self._lock:
-            return {"budget_bytes": self.budget_bytes, "used_bytes": self._used_bytes(), "loaded": len(self._loaded)}
+            return {
+                "budget_bytes": self.budget_bytes,
+                "used_bytes": self._used_bytes(),
+                "shared_bytes": shared,
+                "loaded": len(self._loaded),
+            }
 
 
-def _view(name: str, spec: ModelSpec | None, entry: LoadedModel | None, loading: bool) -> dict:
+def _view(name: str, spec: ModelSpec | None, entry: CacheEntry | None, loading: bool) -> dict:
     if entry is not None:
         state = "loaded" if entry.worker.alive else "crashed"  # reloads on its next invoke
     else:

@@ -1,22 +1,27 @@
-"""Messages between the model manager and a model's worker process.
+"""Messages between the model manager and a model's process.
 
-Each message is two frames on a ``multiprocessing`` pipe: a JSON header (a
-small dataclass, rebuilt only from the classes named here, never unpickled)
-and a raw payload (the request or response body, bytes as they came). Errors
-travel as (error_type, message) and are rebuilt with ``ServingError.from_wire``.
+They travel on a ``process.Channel``: a typed JSON header (rebuilt only from
+the classes named here, never unpickled) with a call id, and a raw payload
+(the request or response body, bytes as they came). Failures and the stop are
+the process mechanism's own ``protocol.WorkerFailure`` and ``protocol.Shutdown``;
+a failure's (error_type, message) is rebuilt with ``ServingError.from_wire``.
+
+    model process -> ModelLoaded            or WorkerFailure(fatal=True), then it exits
+    InvokeRequest + body -> InvokeReply + body, or WorkerFailure
+    Shutdown -> (exit)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
+from ..protocol import Shutdown, WorkerFailure
 from ..wire import MessageCodec
 
 
 @dataclass(frozen=True)
-class Invocation:
-    """One invoke request: the HTTP body with its content type and options."""
+class InvokeRequest:
+    """One invoke: the HTTP body's content type and options (the body is the payload)."""
 
     content_type: str = "application/json"
     accept: str = "application/json"
@@ -25,45 +30,17 @@ class Invocation:
 
 
 @dataclass(frozen=True)
-class Reply:
+class InvokeReply:
     content_type: str = "application/json"
-    compute_s: float = 0.0  # time in the handler, measured in the worker
+    compute_s: float = 0.0  # time in the handler, measured in the model process
 
 
 @dataclass(frozen=True)
-class InvokeRequest:
-    request_id: int
-    invocation: Invocation
+class ModelLoaded:
+    """The handshake of a model process."""
 
-
-@dataclass(frozen=True)
-class InvokeResult:
-    request_id: int
-    reply: Reply
-
-
-@dataclass(frozen=True)
-class InvokeFailed:
-    request_id: int
-    error_type: str
-    message: str
-
-
-@dataclass(frozen=True)
-class WorkerReady:
     pid: int
     load_time_s: float
-
-
-@dataclass(frozen=True)
-class LoadFailed:
-    error_type: str
-    message: str
-
-
-@dataclass(frozen=True)
-class Stop:
-    pass
 
 
 class WireError(ValueError):
@@ -71,20 +48,8 @@ class WireError(ValueError):
 
 
 _CODEC = MessageCodec(
-    messages=(Invocation, Reply, InvokeRequest, InvokeResult, InvokeFailed, WorkerReady, LoadFailed, Stop),
+    messages=(InvokeRequest, InvokeReply, ModelLoaded, WorkerFailure, Shutdown),
     error=WireError,
 )
-encode_header = _CODEC.encode
-decode_header = _CODEC.decode
-
-
-def send(conn, message: Any, payload: bytes = b"") -> None:
-    """Write one message (header frame + payload frame). Callers serialise sends."""
-    conn.send_bytes(encode_header(message))
-    conn.send_bytes(payload)
-
-
-def receive(conn) -> tuple[Any, bytes]:
-    """Read one message; EOFError/OSError when the peer is gone."""
-    header = decode_header(conn.recv_bytes())
-    return header, conn.recv_bytes()
+encode = _CODEC.encode
+decode = _CODEC.decode

@@ -1,18 +1,23 @@
-"""Model engine: picks the handler for a model's kind and starts its worker process.
+"""Model engine: picks the handler for a model's kind and starts its process.
 
-``create_handler`` runs inside the worker process (it imports the heavy
-framework only for the kind it needs, so an ONNX worker never imports torch);
+``create_handler`` runs inside the model process (it imports the heavy
+framework only for the kind it needs: a spawned ONNX process never imports
+torch; a forked one finds it imported already, shared with the zygote);
 ``ProcessWorkerFactory`` is what the model manager calls in the server.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
+from multiprocessing import forkserver
 
 from ..config import EngineConfig
 from ..errors import ModelLoadError
+from ..process import get_context
+from ..process.launcher import resolve
 from .store import Framework, ModelSpec, Task
-from .worker_client import ModelWorker
+from .model_process import ModelProcess, shared_bytes
 
 
 def create_handler(spec: ModelSpec, num_threads: int = 0, engine: EngineConfig | None = None):
@@ -39,12 +44,29 @@ def create_handler(spec: ModelSpec, num_threads: int = 0, engine: EngineConfig |
 
 @dataclass(frozen=True)
 class ProcessWorkerFactory:
-    """Starts one worker process per model (the manager's ``worker_factory``)."""
+    """Starts one process per model (the manager's ``worker_factory``): the native backend."""
 
     engine: EngineConfig
     load_timeout_s: float = 600.0
+    start_method: str = "auto"  # forkserver (from the zygote) or spawn; see process/launcher.py
 
-    def __call__(self, spec: ModelSpec) -> ModelWorker:
-        worker = ModelWorker(spec, num_threads=self.engine.num_threads, engine=self.engine)
+    def __call__(self, spec: ModelSpec) -> ModelProcess:
+        worker = ModelProcess(spec, self.engine.num_threads, self.engine, self.start_method)
         worker.start(timeout_s=self.load_timeout_s)
         return worker
+
+    def warm_up(self) -> None:
+        """Start the zygote now, in the background, so that the first load does not wait for it."""
+        if resolve(self.start_method, self.engine.device) == "forkserver":
+            get_context("forkserver")  # sets the preload list
+            threading.Thread(target=forkserver.ensure_running, name="zygote-start", daemon=True).start()
+
+    def shared_bytes(self) -> int:
+        """Memory every model process shares (the zygote's), counted once in the budget."""
+        return shared_bytes()
+
+    def healthy(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass

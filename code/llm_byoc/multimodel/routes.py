@@ -6,7 +6,7 @@
     DELETE /models/<name>           unload; the worker is stopped and joined before the answer
     POST   /models/<name>/invoke    invoke (loads a known model lazily)
     POST   /invocations             invoke the model named by X-Amzn-SageMaker-Target-Model
-    GET    /ping                    liveness
+    GET    /ping                    liveness (503 when the backend, e.g. Triton, is gone)
 
 Errors are ServingError subclasses, turned into JSON by the app's one error
 handler (``api.errors.register_error_handlers``).
@@ -24,7 +24,7 @@ from flask import Flask, Response, jsonify, request
 from ..config import MultiModelConfig
 from ..errors import InvalidRequest, ModelNotFound
 from .manager import ModelManager, Worker
-from .messages import Invocation
+from .messages import InvokeRequest
 from .model_engine import ProcessWorkerFactory
 from .store import ModelSpec, ModelStore, validate_name
 
@@ -65,8 +65,8 @@ def _page(manager: ModelManager) -> dict:
     return body
 
 
-def _invocation(timeout_s: float) -> tuple[Invocation, bytes]:
-    invocation = Invocation(
+def _invocation(timeout_s: float) -> tuple[InvokeRequest, bytes]:
+    invocation = InvokeRequest(
         content_type=request.content_type or "application/json",
         accept=request.headers.get("Accept", "application/json"),
         params=request.args.to_dict(),
@@ -84,6 +84,17 @@ def _respond(manager: ModelManager, name: str, timeout_s: float) -> Response:
     return response
 
 
+def default_worker_factory(config: MultiModelConfig) -> Callable[[ModelSpec], Worker]:
+    """The backend: a process per model (native), or Triton Inference Server (triton)."""
+    if config.backend == "triton":
+        from ..triton.factory import TritonWorkerFactory  # imported only with this backend
+
+        return TritonWorkerFactory.from_config(config)
+    factory = ProcessWorkerFactory(config.engine, start_method=config.start_method)
+    factory.warm_up()
+    return factory
+
+
 def register_multi_model_routes(
     app: Flask,
     config: MultiModelConfig,
@@ -92,13 +103,23 @@ def register_multi_model_routes(
 ) -> None:
     """Add the MME routes.
 
-    ``worker_factory`` defaults to one process per model (tests pass fakes);
+    ``worker_factory`` defaults to the configured backend (tests pass fakes);
     ``invoke_timeout_s`` bounds one invoke (SAGEMAKER_MODEL_SERVER_TIMEOUT: 504 after it).
+    A factory may offer ``shared_bytes()`` (memory shared by all its models,
+    reported apart), ``check_health()`` (raises a ServingError while its backend
+    is not serving: /ping 503) and ``close()`` (after the manager's shutdown).
     """
-    factory = worker_factory or ProcessWorkerFactory(config.engine)
-    manager = ModelManager(ModelStore(config.model_root), config.memory_budget_bytes, factory)
+    factory = worker_factory or default_worker_factory(config)
+    shared = getattr(factory, "shared_bytes", lambda: 0)
+    manager = ModelManager(ModelStore(config.model_root), config.memory_budget_bytes, factory, shared_bytes=shared)
     app.extensions[EXTENSION_KEY] = manager
-    atexit.register(manager.shutdown)
+    check_health = getattr(factory, "check_health", lambda: None)
+
+    def shutdown() -> None:
+        manager.shutdown()
+        getattr(factory, "close", lambda: None)()
+
+    atexit.register(shutdown)
 
     @app.post("/models", endpoint="mme_load_model")
     def load_model():
@@ -136,6 +157,7 @@ def register_multi_model_routes(
 
         @app.get("/ping", endpoint="mme_ping")
         def ping():
+            check_health()
             return jsonify({"status": "healthy", **manager.memory_summary()})
 
 

@@ -7,7 +7,7 @@ import threading
 import time
 
 from llm_byoc.errors import ModelLoadError, ServingError
-from llm_byoc.multimodel.messages import Invocation, Reply
+from llm_byoc.multimodel.messages import InvokeReply, InvokeRequest
 from llm_byoc.multimodel.store import ModelSpec
 
 
@@ -28,13 +28,13 @@ class FakeWorker:
     def die(self) -> None:
         self._alive = False
 
-    def invoke(self, invocation: Invocation, body: bytes, timeout_s: float = 60.0) -> tuple[Reply, bytes]:
+    def invoke(self, invocation: InvokeRequest, body: bytes, timeout_s: float = 60.0) -> tuple[InvokeReply, bytes]:
         if not self._alive:
             raise ServingError.from_wire("engine_dead", f"worker of {self.spec.name} died")
         if self.gate is not None and not self.gate.wait(timeout_s):
             raise ServingError.from_wire("timeout", "gate never opened")
         self.calls += 1
-        return Reply(), json.dumps({"model": self.spec.name, "echo": body.decode()}).encode()
+        return InvokeReply(), json.dumps({"model": self.spec.name, "echo": body.decode()}).encode()
 
     def memory_bytes(self) -> int:
         return self._memory if self._alive else 0

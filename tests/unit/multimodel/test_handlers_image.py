@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from llm_byoc.errors import InvalidRequest, ModelLoadError, UnsupportedMediaType
 from llm_byoc.multimodel.handlers.image import ImageClassificationHandler, preprocess
-from llm_byoc.multimodel.messages import Invocation
+from llm_byoc.multimodel.messages import InvokeRequest
 from llm_byoc.multimodel.store import describe_model
 from mme_tiny_models import build_tiny_onnx, jpeg_bytes, png_bytes
 
@@ -26,7 +26,7 @@ def handler(tmp_path_factory) -> ImageClassificationHandler:
 
 
 def predictions(handler, body: bytes, content_type: str, **params) -> list[dict]:
-    reply, out = handler.invoke(Invocation(content_type=content_type, params=params), body)
+    reply, out = handler.invoke(InvokeRequest(content_type=content_type, params=params), body)
     assert reply.content_type == "application/json"
     return json.loads(out)["predictions"]
 
@@ -73,13 +73,13 @@ def test_json_base64_body(handler):
 )
 def test_wrong_payloads_are_415_or_400(handler, body, content_type, error):
     with pytest.raises(error):
-        handler.invoke(Invocation(content_type=content_type), body)
+        handler.invoke(InvokeRequest(content_type=content_type), body)
 
 
 @pytest.mark.parametrize("top_k", ["0", "99", "two", "-1"])
 def test_bad_top_k_is_400(handler, top_k):
     with pytest.raises(InvalidRequest, match="top_k"):
-        handler.invoke(Invocation(content_type="image/png", params={"top_k": top_k}), png_bytes((1, 2, 3)))
+        handler.invoke(InvokeRequest(content_type="image/png", params={"top_k": top_k}), png_bytes((1, 2, 3)))
 
 
 def test_corrupt_onnx_file_is_a_load_error(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from llm_byoc.errors import InvalidRequest, ModelLoadError, UnsupportedMediaType
-from llm_byoc.multimodel.messages import Invocation
+from llm_byoc.multimodel.messages import InvokeRequest
 from llm_byoc.multimodel.store import Task, describe_model
 from mme_tiny_models import build_tiny_classifier, build_tiny_embedder
 
@@ -38,7 +38,7 @@ def classifier(tmp_path_factory):
 
 
 def call(handler, payload, content_type="application/json", **params):
-    _, out = handler.invoke(Invocation(content_type=content_type, params=params), json.dumps(payload).encode())
+    _, out = handler.invoke(InvokeRequest(content_type=content_type, params=params), json.dumps(payload).encode())
     return json.loads(out)
 
 
@@ -74,7 +74,7 @@ def test_bad_text_payloads_are_400(embedder, payload):
 
 def test_images_sent_to_a_text_model_are_415(embedder):
     with pytest.raises(UnsupportedMediaType):
-        embedder.invoke(Invocation(content_type="image/png"), b"\x89PNG")
+        embedder.invoke(InvokeRequest(content_type="image/png"), b"\x89PNG")
 
 
 def test_weights_other_than_safetensors_are_refused(tmp_path):

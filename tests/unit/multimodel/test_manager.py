@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from llm_byoc.errors import EngineDead, InsufficientMemory, ModelAlreadyLoaded, ModelLoadError, ModelNotFound
 from llm_byoc.multimodel.manager import ModelManager
-from llm_byoc.multimodel.messages import Invocation
+from llm_byoc.multimodel.messages import InvokeRequest
 from llm_byoc.multimodel.store import ModelStore
 from mme_fakes import FakeFactory
 
@@ -43,7 +43,7 @@ def manager(root: Path, budget: int = 100 * MB, factory: FakeFactory | None = No
 
 
 def invoke(m: ModelManager, name: str, text: str = "x") -> dict:
-    _, body = m.invoke(name, Invocation(), text.encode())
+    _, body = m.invoke(name, InvokeRequest(), text.encode())
     return json.loads(body)
 
 

@@ -20,6 +20,7 @@ from llm_byoc.protocol import (
     WorkerFailure,
     WorkerReady,
 )
+from llm_byoc.process import Channel
 from llm_byoc.worker.main import run_worker, serve
 from llm_byoc.worker.runner import ModelRunner
 
@@ -35,10 +36,19 @@ def link(tiny_llama_dir):
     thread.join(5)
 
 
-def _call(conn, message):
-    conn.send_bytes(protocol.encode(message))
+def _call(conn, message, call_id: int = 7):
+    channel = Channel(conn, protocol)
+    channel.send(call_id, message)
     assert conn.poll(30), "no answer from the worker loop"
-    return protocol.decode(conn.recv_bytes())
+    answered_id, reply, _ = channel.receive()
+    assert answered_id == call_id
+    return reply
+
+
+def _first_message(conn):
+    call_id, message, _ = Channel(conn, protocol).receive()
+    assert call_id == 0  # the handshake
+    return message
 
 
 def _first_step() -> StepBatch:
@@ -51,16 +61,20 @@ def test_step_then_shutdown(link):
     out = _call(conn, _first_step())
     assert isinstance(out, StepOutput) and out.step_id == 1
     assert [s.seq_id for s in out.samples] == ["a"] and out.samples[0].logprob <= 0
-    conn.send_bytes(protocol.encode(Shutdown()))
+    Channel(conn, protocol).send(0, Shutdown())
     thread.join(5)
     assert not thread.is_alive()
 
 
 def test_bad_messages_are_answered_and_the_loop_keeps_serving(link):
     conn, thread = link
-    conn.send_bytes(b"\x00not json")
+    conn.send_bytes(b"\x00not a frame")
     assert conn.poll(10)
-    failure = protocol.decode(conn.recv_bytes())
+    _, failure, _ = Channel(conn, protocol).receive()
+    assert isinstance(failure, WorkerFailure) and not failure.fatal and "bad message" in failure.message
+    conn.send_bytes(b"\x00" * 8 + b"\x00" + b"not json")  # a header, then no message
+    assert conn.poll(10)
+    _, failure, _ = Channel(conn, protocol).receive()
     assert isinstance(failure, WorkerFailure) and not failure.fatal and "bad message" in failure.message
     assert isinstance(_call(conn, HealthRequest()), WorkerFailure)
     bad_step = StepBatch(2, [], [ScheduledChunk("ghost", [1], 0, True)])
@@ -79,23 +93,23 @@ def test_closed_connection_ends_the_loop(link):
 def test_load_failure_is_reported_as_fatal(tmp_path):
     parent, child = multiprocessing.Pipe()
     run_worker(child, EngineConfig(model=str(tmp_path / "missing")))
-    failure = protocol.decode(parent.recv_bytes())
+    failure = _first_message(parent)
     assert isinstance(failure, WorkerFailure) and failure.fatal
     assert failure.error_type == "model_load_error" and "missing" in failure.message
 
 
 def test_run_worker_sends_ready_first(tiny_opt_dir):
     parent, child = multiprocessing.Pipe()
-    parent.send_bytes(protocol.encode(Shutdown()))  # queued: the worker exits right after loading
+    Channel(parent, protocol).send(0, Shutdown())  # queued: the worker exits right after loading
     run_worker(child, EngineConfig(model=str(tiny_opt_dir), max_num_seqs=3, num_threads=1))
-    ready = protocol.decode(parent.recv_bytes())
+    ready = _first_message(parent)
     assert isinstance(ready, WorkerReady)
     assert ready.info.model_type == "opt" and ready.info.max_num_seqs == 3
     assert ready.info.model_path == str(tiny_opt_dir) and ready.info.eos_token_ids == [2]
 
 
 def test_prepare_threads_respects_a_loaded_torch_and_the_operator(monkeypatch):
-    from llm_byoc.worker import main
+    from llm_byoc.process import threads as main
 
     for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):  # saved now, restored after the test
         monkeypatch.setenv(name, "")

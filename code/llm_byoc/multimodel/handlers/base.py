@@ -12,7 +12,7 @@ import json
 from typing import Any, Protocol
 
 from ...errors import InvalidRequest, UnsupportedMediaType
-from ..messages import Invocation, Reply
+from ..messages import InvokeReply, InvokeRequest
 
 JSON = "application/json"
 
@@ -22,7 +22,7 @@ class ModelHandler(Protocol):
     # more for an engine that batches concurrent requests itself.
     max_concurrency: int
 
-    def invoke(self, invocation: Invocation, body: bytes) -> tuple[Reply, bytes]: ...
+    def invoke(self, invocation: InvokeRequest, body: bytes) -> tuple[InvokeReply, bytes]: ...
 
     def close(self) -> None: ...
 
@@ -31,7 +31,7 @@ def media_type(content_type: str) -> str:
     return (content_type or "").split(";", 1)[0].strip().lower()
 
 
-def parse_json_body(invocation: Invocation, body: bytes) -> Any:
+def parse_json_body(invocation: InvokeRequest, body: bytes) -> Any:
     """The JSON request body; 415 for another media type, 400 for bad JSON."""
     kind = media_type(invocation.content_type)
     if kind not in (JSON, "", "application/x-json", "text/json"):
@@ -42,8 +42,8 @@ def parse_json_body(invocation: Invocation, body: bytes) -> Any:
         raise InvalidRequest(f"request body is not valid JSON: {exc}") from None
 
 
-def json_reply(value: Any) -> tuple[Reply, bytes]:
-    return Reply(content_type=JSON), json.dumps(value, separators=(",", ":")).encode()
+def json_reply(value: Any) -> tuple[InvokeReply, bytes]:
+    return InvokeReply(content_type=JSON), json.dumps(value, separators=(",", ":")).encode()
 
 
 def int_option(name: str, raw: Any, default: int, low: int, high: int) -> int:

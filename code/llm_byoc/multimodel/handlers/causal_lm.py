@@ -15,7 +15,7 @@ import uuid
 
 from ...config import EngineConfig
 from ...errors import InvalidRequest, ModelLoadError, ServingError
-from ..messages import Invocation, Reply
+from ..messages import InvokeReply, InvokeRequest
 from ..store import ModelSpec
 from .base import json_reply, parse_json_body
 
@@ -40,7 +40,7 @@ class CausalLMHandler:
         self.eos_ids = frozenset(info.eos_token_ids if info else ())
         self.special_ids = self.eos_ids | frozenset(getattr(tokenizer, "all_special_ids", None) or ())
 
-    def invoke(self, invocation: Invocation, body: bytes) -> tuple[Reply, bytes]:
+    def invoke(self, invocation: InvokeRequest, body: bytes) -> tuple[InvokeReply, bytes]:
         from ...api.schemas import ResponseContext, parse_invocation
 
         request = parse_invocation(parse_json_body(invocation, body), lambda: self.engine.tokenizer)

@@ -21,7 +21,7 @@ import numpy as np
 
 from ...cpu import default_num_threads
 from ...errors import InvalidRequest, ModelLoadError, UnsupportedMediaType
-from ..messages import Invocation, Reply
+from ..messages import InvokeReply, InvokeRequest
 from ..store import ModelSpec
 from .base import int_option, json_reply, media_type, parse_json_body
 
@@ -83,39 +83,48 @@ def read_labels(path: Path | None, count: int) -> list[str]:
     return labels
 
 
-class ImageClassificationHandler:
-    max_concurrency = 1
+def load_session(spec: ModelSpec, num_threads: int = 0):
+    """(ONNX Runtime session, input name, number of classes) for ``spec``'s model file."""
+    import onnxruntime
 
-    def __init__(self, spec: ModelSpec, num_threads: int = 0):
-        import onnxruntime
+    model_file = model_path(spec)
+    session_options = onnxruntime.SessionOptions()
+    session_options.intra_op_num_threads = default_num_threads(num_threads)  # not the host's core count
+    session_options.inter_op_num_threads = 1
+    try:
+        session = onnxruntime.InferenceSession(str(model_file), session_options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises its own untyped errors for bad files
+        raise ModelLoadError(f"cannot load {spec.name!r}: {exc}") from None
+    return session, session.get_inputs()[0].name, int(session.get_outputs()[0].shape[-1])
 
-        folder = Path(spec.path)
+
+def model_path(spec: ModelSpec) -> Path:
+    folder = Path(spec.path)
+    model_file = folder / spec.options.get("model_file", "model.onnx")
+    if not model_file.is_file():
+        candidates = sorted(folder.glob("*.onnx"))
+        if not candidates:
+            raise ModelLoadError(f"{spec.name!r}: no .onnx file")
+        model_file = candidates[0]
+    return model_file
+
+
+class ImageRequests:
+    """The model-free half of an image classifier: request -> pixels, logits -> answer.
+
+    Shared by the in-process handler and the Triton backend, where the
+    pixels travel to Triton and the logits come back.
+    """
+
+    def __init__(self, spec: ModelSpec, num_classes: int):
         options = spec.options
-        model_file = folder / options.get("model_file", "model.onnx")
-        if not model_file.is_file():
-            candidates = sorted(folder.glob("*.onnx"))
-            if not candidates:
-                raise ModelLoadError(f"{spec.name!r}: no .onnx file")
-            model_file = candidates[0]
-        session_options = onnxruntime.SessionOptions()
-        session_options.intra_op_num_threads = default_num_threads(num_threads)  # not the host's core count
-        session_options.inter_op_num_threads = 1
-        try:
-            self.session = onnxruntime.InferenceSession(
-                str(model_file), session_options, providers=["CPUExecutionProvider"]
-            )
-        except Exception as exc:  # onnxruntime raises its own untyped errors for bad files
-            raise ModelLoadError(f"cannot load {spec.name!r}: {exc}") from None
-        self.input_name = self.session.get_inputs()[0].name
-        num_classes = int(self.session.get_outputs()[0].shape[-1])
-        labels_file = folder / options.get("labels_file", "labels.txt")
-        self.labels = read_labels(labels_file, num_classes)
+        self.labels = read_labels(Path(spec.path) / options.get("labels_file", "labels.txt"), num_classes)
         self.default_top_k = int(options.get("top_k", 5))
         self.resize = int(options.get("resize", 256))
         self.crop = int(options.get("crop", 224))
         self.apply_softmax = bool(options.get("softmax", True))
 
-    def _image_and_top_k(self, invocation: Invocation, body: bytes) -> tuple[bytes, object]:
+    def _image_and_top_k(self, invocation: InvokeRequest, body: bytes) -> tuple[bytes, object]:
         kind = media_type(invocation.content_type)
         if kind in IMAGE_TYPES:
             return body, invocation.params.get("top_k")
@@ -132,17 +141,40 @@ class ImageClassificationHandler:
         top_k = params.get("top_k") if isinstance(params, dict) else None
         return data, top_k if top_k is not None else invocation.params.get("top_k")
 
-    def classify(self, pixels: np.ndarray, top_k: int) -> list[dict]:
-        logits = self.session.run(None, {self.input_name: pixels})[0][0]  # [num_classes]
+    def pixels(self, invocation: InvokeRequest, body: bytes) -> tuple[np.ndarray, int]:
+        """(float32 [1, 3, crop, crop], top_k) for one request; 400/415 for bad input."""
+        data, raw_top_k = self._image_and_top_k(invocation, body)
+        top_k = int_option("top_k", raw_top_k, self.default_top_k, 1, len(self.labels))
+        return preprocess(decode_image(data), self.resize, self.crop), top_k
+
+    def predictions(self, logits: np.ndarray, top_k: int) -> list[dict]:
+        """logits [num_classes] -> the top_k labels by score."""
         scores = softmax(logits) if self.apply_softmax else logits
         order = np.argsort(-scores)[:top_k]
         return [{"label": self.labels[i], "index": int(i), "score": float(scores[i])} for i in order]
 
-    def invoke(self, invocation: Invocation, body: bytes) -> tuple[Reply, bytes]:
-        data, raw_top_k = self._image_and_top_k(invocation, body)
-        top_k = int_option("top_k", raw_top_k, self.default_top_k, 1, len(self.labels))
-        pixels = preprocess(decode_image(data), self.resize, self.crop)
-        return json_reply({"predictions": self.classify(pixels, top_k)})
+    def answer(self, logits: np.ndarray, top_k: int) -> tuple[InvokeReply, bytes]:
+        return json_reply({"predictions": self.predictions(logits, top_k)})
+
+
+class ImageClassificationHandler:
+    max_concurrency = 1
+
+    def __init__(self, spec: ModelSpec, num_threads: int = 0):
+        self.session, self.input_name, num_classes = load_session(spec, num_threads)
+        self.requests = ImageRequests(spec, num_classes)
+        self.labels = self.requests.labels
+
+    def run(self, pixels: np.ndarray) -> np.ndarray:
+        """pixels [N, 3, H, W] -> logits [N, num_classes]."""
+        return self.session.run(None, {self.input_name: pixels})[0]
+
+    def classify(self, pixels: np.ndarray, top_k: int) -> list[dict]:
+        return self.requests.predictions(self.run(pixels)[0], top_k)
+
+    def invoke(self, invocation: InvokeRequest, body: bytes) -> tuple[InvokeReply, bytes]:
+        pixels, top_k = self.requests.pixels(invocation, body)
+        return self.requests.answer(self.run(pixels)[0], top_k)
 
     def close(self) -> None:
         self.session = None

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ...cpu import default_num_threads
 from ...errors import ModelLoadError
-from ..messages import Invocation, Reply
+from ..messages import InvokeReply, InvokeRequest
 from ..store import ModelSpec
 from .base import int_option, json_reply, parse_json_body, text_inputs
 
@@ -85,12 +85,34 @@ class TextEmbeddingHandler:
             pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
         return pooled.tolist()
 
-    def invoke(self, invocation: Invocation, body: bytes) -> tuple[Reply, bytes]:
-        texts, _ = text_inputs(parse_json_body(invocation, body), MAX_TEXTS_PER_REQUEST)
-        return json_reply({"embeddings": self.embed(texts)})
+    def invoke(self, invocation: InvokeRequest, body: bytes) -> tuple[InvokeReply, bytes]:
+        return json_reply({"embeddings": self.embed(embedding_request(invocation, body))})
 
     def close(self) -> None:
         self.model = None
+
+
+def embedding_request(invocation: InvokeRequest, body: bytes) -> list[str]:
+    texts, _ = text_inputs(parse_json_body(invocation, body), MAX_TEXTS_PER_REQUEST)
+    return texts
+
+
+def classification_request(invocation: InvokeRequest, body: bytes) -> tuple[list[str], int]:
+    """(texts, top_k) of a classification request; 400/415 for bad input."""
+    payload = parse_json_body(invocation, body)
+    texts, _ = text_inputs(payload, MAX_TEXTS_PER_REQUEST)
+    params = payload.get("parameters") or {}
+    raw_top_k = params.get("top_k") if isinstance(params, dict) else None
+    return texts, int_option("top_k", raw_top_k or invocation.params.get("top_k"), 1, 1, 1000)
+
+
+def top_labels(probabilities: list[list[float]], labels: dict, top_k: int) -> list[list[dict]]:
+    """Per text, the ``top_k`` labels by probability."""
+    out = []
+    for row in probabilities:
+        order = sorted(range(len(row)), key=lambda i: -row[i])[: min(top_k, len(row))]
+        out.append([{"label": labels.get(i, str(i)), "score": row[i]} for i in order])
+    return out
 
 
 class TextClassificationHandler:
@@ -101,24 +123,18 @@ class TextClassificationHandler:
         self.labels = self.model.config.id2label
         self.max_length = min(int(self.tokenizer.model_max_length or 512), 512)
 
-    def classify(self, texts: list[str], top_k: int) -> list[list[dict]]:
+    def probabilities(self, texts: list[str]) -> list[list[float]]:
         import torch
 
         batch = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")
         with torch.inference_mode():
-            probs = self.model(**batch).logits.softmax(-1)  # [B, num_labels]
-        scores, indices = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
-        return [
-            [{"label": self.labels.get(i, str(i)), "score": s} for s, i in zip(row_s, row_i)]
-            for row_s, row_i in zip(scores.tolist(), indices.tolist())
-        ]
+            return self.model(**batch).logits.softmax(-1).tolist()  # [B, num_labels]
 
-    def invoke(self, invocation: Invocation, body: bytes) -> tuple[Reply, bytes]:
-        payload = parse_json_body(invocation, body)
-        texts, _ = text_inputs(payload, MAX_TEXTS_PER_REQUEST)
-        params = payload.get("parameters") or {}
-        raw_top_k = params.get("top_k") if isinstance(params, dict) else None
-        top_k = int_option("top_k", raw_top_k or invocation.params.get("top_k"), 1, 1, 1000)
+    def classify(self, texts: list[str], top_k: int) -> list[list[dict]]:
+        return top_labels(self.probabilities(texts), self.labels, top_k)
+
+    def invoke(self, invocation: InvokeRequest, body: bytes) -> tuple[InvokeReply, bytes]:
+        texts, top_k = classification_request(invocation, body)
         return json_reply({"predictions": self.classify(texts, top_k)})
 
     def close(self) -> None:
