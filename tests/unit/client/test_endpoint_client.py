@@ -141,3 +141,66 @@ def test_no_credentials_is_a_clear_error(monkeypatch):
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
     with pytest.raises(EndpointError, match="no AWS credentials found"):
         EndpointClient.sagemaker("ep")
+
+
+ONE_TOKEN = payload_part(tgi(0, 1, "네", "length").encode())
+
+
+@pytest.mark.parametrize(
+    "default, adapter, sent",
+    [(None, "support", b"support"), ("llama-base", None, b"llama-base"), ("llama-base", "support", b"support")],
+)
+def test_stream_names_the_inference_component(runtime, default, adapter, sent):
+    emulator = install(runtime, ONE_TOKEN)
+    client = EndpointClient.sagemaker("lora", client=runtime, inference_component=default)
+    assert [e.text for e in client.stream({"inputs": "hi"}, adapter=adapter)] == ["네"]
+    (request,) = emulator.requests
+    assert request.headers["X-Amzn-SageMaker-Inference-Component"] == sent
+    assert request.url == "http://127.0.0.1:9/endpoints/lora/invocations-response-stream"
+
+
+def test_stream_without_a_component_sends_none(runtime):
+    emulator = install(runtime, ONE_TOKEN)
+    list(EndpointClient.sagemaker("ep", client=runtime).stream({"inputs": "hi"}))
+    assert "X-Amzn-SageMaker-Inference-Component" not in emulator.requests[0].headers
+
+
+def test_invoke_an_adapter_component(runtime):
+    with Stubber(runtime) as stub:
+        stub.add_response(
+            "invoke_endpoint",
+            {"Body": io.BytesIO(b'[{"generated_text": "ok"}]'), "ContentType": "application/json"},
+            {
+                "EndpointName": "lora",
+                "Body": json.dumps({"inputs": "hi"}).encode(),
+                "ContentType": "application/json",
+                "Accept": "application/json",
+                "InferenceComponentName": "support",
+            },
+        )
+        client = EndpointClient.sagemaker("lora", client=runtime, inference_component="llama-base")
+        assert client.invoke({"inputs": "hi"}, adapter="support") == [{"generated_text": "ok"}]
+
+
+def test_an_adapter_the_container_does_not_know_is_its_404(runtime):
+    with Stubber(runtime) as stub:
+        stub.add_client_error(
+            "invoke_endpoint",
+            service_error_code="ModelError",
+            service_message="Received client error (404)",
+            http_status_code=424,
+            response_meta={},
+        )
+        stub._queue[0]["response"][1]["OriginalStatusCode"] = 404  # noqa: SLF001 - modelled ModelError fields
+        stub._queue[0]["response"][1]["OriginalMessage"] = json.dumps(
+            {"error": "adapter 'support' is not registered (registered: none)", "type": "adapter_not_found"}
+        )
+        with pytest.raises(EndpointError) as info:
+            EndpointClient.sagemaker("lora", client=runtime).invoke({"inputs": "hi"}, adapter="support")
+    assert (info.value.status_code, info.value.error_type) == (404, "adapter_not_found")
+
+
+def test_target_model_and_adapter_together_are_refused(runtime):
+    client = EndpointClient.sagemaker("ep", client=runtime)
+    with pytest.raises(EndpointError, match="not both"):
+        client.invoke({"inputs": "x"}, target_model="m.tar.gz", adapter="a")
