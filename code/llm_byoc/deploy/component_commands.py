@@ -23,7 +23,6 @@ from ..config import EngineConfig
 from . import adapter_package, components, package, role
 from .commands import component_waiter, default_s3_uri, endpoint_waiter, environment, package_and_upload
 from .component_specs import AdapterComponentSpec, BaseComponentSpec, ComponentEndpointSpec
-from .errors import DeployError
 from .gateway import AwsGateway
 from .specs import DEFAULT_GPU_INSTANCE, timestamp
 

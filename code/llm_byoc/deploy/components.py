@@ -21,7 +21,8 @@ from .component_specs import (
 )
 from .errors import ComponentNotFound, DeployError
 from .gateway import AwsGateway, delete_quietly
-from .specs import TAG_KEY, resource_name
+from .launch import launch
+from .specs import resource_name
 from .waiter import describe_component, describe_endpoint, endpoint_exists
 
 Waiter = Callable[..., dict]  # waiter.wait_in_service
@@ -42,17 +43,7 @@ def create_endpoint(
         raise DeployError(f"endpoint {spec.name!r} already exists: `delete` it first, or add components to it")
     config_name = resource_name(spec.name, stamp)
     gateway.call("sagemaker", "create_endpoint_config", **component_endpoint_config_request(spec, config_name))
-    try:
-        gateway.call(
-            "sagemaker",
-            "create_endpoint",
-            EndpointName=spec.name,
-            EndpointConfigName=config_name,
-            Tags=[{"Key": TAG_KEY, "Value": spec.name}],
-        )
-    except DeployError:
-        delete_quietly(gateway, "delete_endpoint_config", EndpointConfigName=config_name)
-        raise
+    launch(gateway, spec.name, config_name)
     print(
         f"creating endpoint {spec.name} for inference components ({spec.instance_count} x {spec.instance_type}, "
         f"{spec.min_instances}..{spec.max_instances} managed); it bills per instance-hour from now until deleted",

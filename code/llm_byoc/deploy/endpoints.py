@@ -15,8 +15,8 @@ from . import autoscale, components
 from .components import ComponentWaiter
 from .errors import AwsCallError, DeployError
 from .gateway import AwsGateway, delete_quietly
+from .launch import launch
 from .specs import (
-    TAG_KEY,
     EndpointSpec,
     endpoint_config_request,
     model_request,
@@ -127,18 +127,7 @@ def create(
     if check_absent:
         ensure_absent(gateway, spec.name)
     model_name, config_name = _create_model_and_config(gateway, spec, stamp)
-    try:
-        gateway.call(
-            "sagemaker",
-            "create_endpoint",
-            EndpointName=spec.name,
-            EndpointConfigName=config_name,
-            Tags=[{"Key": TAG_KEY, "Value": spec.name}],
-        )
-    except DeployError:
-        delete_quietly(gateway, "delete_endpoint_config", EndpointConfigName=config_name)
-        delete_quietly(gateway, "delete_model", ModelName=model_name)
-        raise
+    launch(gateway, spec.name, config_name, model_name)
     print(
         f"creating endpoint {spec.name} ({spec.instance_count} x {spec.instance_type}); "
         "it bills per instance-hour from now until deleted",

@@ -22,13 +22,21 @@ Clock = Callable[[], float]
 Sleep = Callable[[float], None]
 
 
-def describe_endpoint(gateway: AwsGateway, name: str) -> dict:
+def _describe(gateway: AwsGateway, operation: str, missing: str, not_found: DeployError, **params) -> dict:
+    """A describe call whose "Could not find ..." answer becomes ``not_found``."""
     try:
-        return gateway.call("sagemaker", "describe_endpoint", EndpointName=name)
+        return gateway.call("sagemaker", operation, **params)
     except AwsCallError as exc:
-        if "Could not find endpoint" in exc.aws_message:
-            raise EndpointNotFound(name, gateway.region) from None
+        if missing in exc.aws_message:
+            raise not_found from None
         raise
+
+
+def describe_endpoint(gateway: AwsGateway, name: str) -> dict:
+    return _describe(
+        gateway, "describe_endpoint", "Could not find endpoint", EndpointNotFound(name, gateway.region),
+        EndpointName=name,
+    )
 
 
 def endpoint_exists(gateway: AwsGateway, name: str) -> bool:
@@ -39,12 +47,10 @@ def endpoint_exists(gateway: AwsGateway, name: str) -> bool:
 
 
 def describe_component(gateway: AwsGateway, name: str) -> dict:
-    try:
-        return gateway.call("sagemaker", "describe_inference_component", InferenceComponentName=name)
-    except AwsCallError as exc:
-        if "Could not find" in exc.aws_message:
-            raise ComponentNotFound(name, gateway.region) from None
-        raise
+    return _describe(
+        gateway, "describe_inference_component", "Could not find", ComponentNotFound(name, gateway.region),
+        InferenceComponentName=name,
+    )
 
 
 def elapsed_text(seconds: float) -> str:

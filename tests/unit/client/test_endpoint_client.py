@@ -105,17 +105,22 @@ def test_invoke_sends_json_and_target_model(runtime):
     assert result == [{"generated_text": "안녕 🙂"}]
 
 
+def model_error(stub: Stubber, status: int, body: dict) -> None:
+    """The container answered ``status`` with ``body``: SageMaker's ModelError (424) carrying both."""
+    stub.add_client_error(
+        "invoke_endpoint",
+        service_error_code="ModelError",
+        service_message=f"Received client error ({status})",
+        http_status_code=424,
+        response_meta={},
+    )
+    stub._queue[-1]["response"][1]["OriginalStatusCode"] = status  # noqa: SLF001 - modelled ModelError fields
+    stub._queue[-1]["response"][1]["OriginalMessage"] = json.dumps(body)
+
+
 def test_invoke_model_error_keeps_the_container_status_and_type(runtime):
     with Stubber(runtime) as stub:
-        stub.add_client_error(
-            "invoke_endpoint",
-            service_error_code="ModelError",
-            service_message="Received client error (429)",
-            http_status_code=424,
-            response_meta={},
-        )
-        stub._queue[0]["response"][1]["OriginalStatusCode"] = 429  # noqa: SLF001 - modelled ModelError fields
-        stub._queue[0]["response"][1]["OriginalMessage"] = json.dumps({"error": "queue is full", "type": "queue_full"})
+        model_error(stub, 429, {"error": "queue is full", "type": "queue_full"})
         with pytest.raises(EndpointError) as info:
             EndpointClient.sagemaker("ep", client=runtime).invoke({"inputs": "hi"})
     assert (info.value.status_code, info.value.error_type, info.value.message) == (429, "queue_full", "queue is full")
@@ -184,17 +189,7 @@ def test_invoke_an_adapter_component(runtime):
 
 def test_an_adapter_the_container_does_not_know_is_its_404(runtime):
     with Stubber(runtime) as stub:
-        stub.add_client_error(
-            "invoke_endpoint",
-            service_error_code="ModelError",
-            service_message="Received client error (404)",
-            http_status_code=424,
-            response_meta={},
-        )
-        stub._queue[0]["response"][1]["OriginalStatusCode"] = 404  # noqa: SLF001 - modelled ModelError fields
-        stub._queue[0]["response"][1]["OriginalMessage"] = json.dumps(
-            {"error": "adapter 'support' is not registered (registered: none)", "type": "adapter_not_found"}
-        )
+        model_error(stub, 404, {"error": "adapter 'support' is not registered", "type": "adapter_not_found"})
         with pytest.raises(EndpointError) as info:
             EndpointClient.sagemaker("lora", client=runtime).invoke({"inputs": "hi"}, adapter="support")
     assert (info.value.status_code, info.value.error_type) == (404, "adapter_not_found")

@@ -62,15 +62,23 @@ def endpoint_status(status: str, config: str = f"lora-{STAMP}") -> dict:
     }
 
 
-def component_config(config: str) -> dict:
-    """describe_endpoint_config of an endpoint for components: its variant names no model."""
+def endpoint_of_components_is_read(stub: Stubber) -> str:
+    """describe_endpoint, then describe_endpoint_config of an endpoint for components (its variant names no
+    model); the config's name."""
+    config = f"lora-{STAMP}"
     variant = {"VariantName": "AllTraffic", "InstanceType": "ml.g5.2xlarge", "InitialInstanceCount": 1}
-    return {
-        "EndpointConfigName": config,
-        "EndpointConfigArn": f"{ARN}:endpoint-config/{config}",
-        "CreationTime": "2026-01-01T00:00:00Z",
-        "ProductionVariants": [variant],
-    }
+    stub.add_response("describe_endpoint", endpoint_status("InService"), {"EndpointName": "lora"})
+    stub.add_response(
+        "describe_endpoint_config",
+        {
+            "EndpointConfigName": config,
+            "EndpointConfigArn": f"{ARN}:endpoint-config/{config}",
+            "CreationTime": "2026-01-01T00:00:00Z",
+            "ProductionVariants": [variant],
+        },
+        {"EndpointConfigName": config},
+    )
+    return config
 
 
 def base_spec(**overrides) -> BaseComponentSpec:
@@ -278,13 +286,7 @@ def test_deleting_an_adapter_leaves_the_base(stubbed):
 
 def test_deleting_the_endpoint_deletes_its_components_first(stubbed):
     gateway, stub, scaling = stubbed
-    config = f"lora-{STAMP}"
-    stub.add_response("describe_endpoint", endpoint_status("InService"), {"EndpointName": "lora"})
-    stub.add_response(
-        "describe_endpoint_config",
-        component_config(config),
-        {"EndpointConfigName": config},
-    )  # no ModelName in the variant, so no describe_model
+    config = endpoint_of_components_is_read(stub)  # no ModelName in its variant, so no describe_model
     stub.add_response("list_inference_components", listing("llama-base", "support"))
     described(stub, component("llama-base"))
     described(stub, component("support", base="llama-base"))
@@ -301,11 +303,6 @@ def test_deleting_the_endpoint_deletes_its_components_first(stubbed):
 
 def test_an_endpoint_of_components_is_not_updated_in_place(stubbed):
     gateway, stub, _ = stubbed
-    config = f"lora-{STAMP}"
-    stub.add_response("describe_endpoint", endpoint_status("InService"), {"EndpointName": "lora"})
-    stub.add_response(
-        "describe_endpoint_config",
-        component_config(config),
-    )
+    endpoint_of_components_is_read(stub)
     with pytest.raises(DeployError, match="hosts inference components"):
         endpoints.update(gateway, "lora", "20260102-000000", None, out=io.StringIO(), image="new:2")
