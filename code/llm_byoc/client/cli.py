@@ -3,6 +3,9 @@
 python -m llm_byoc.client stream --endpoint llm-byoc-smollm2 --prompt "Hello"
 python -m llm_byoc.client invoke --local http://localhost:8080 --chat --prompt "Hi"
 python -m llm_byoc.client invoke --endpoint my-mme --target-model smollm2.tar.gz --prompt "Hi"
+python -m llm_byoc.client stream --endpoint lora --adapter support --prompt "Hi"      # an adapter component
+python -m llm_byoc.client invoke --endpoint lora --inference-component llama-base --prompt "Hi"   # its base
+python -m llm_byoc.client stream --local http://localhost:8080 --adapter support --prompt "Hi"
 python -m llm_byoc.client invoke --endpoint EP --payload '{"inputs": "Hi"}'
 """
 
@@ -27,7 +30,15 @@ def build_parser() -> argparse.ArgumentParser:
         where.add_argument("--endpoint", help="SageMaker endpoint name")
         where.add_argument("--local", metavar="URL", help="a container reached directly, e.g. http://localhost:8080")
         p.add_argument("--region", help="AWS region (default: the AWS configuration)")
-        p.add_argument("--target-model", help="model inside a multi-model endpoint (e.g. smollm2.tar.gz)")
+        which = p.add_mutually_exclusive_group()
+        which.add_argument("--target-model", help="model inside a multi-model endpoint (e.g. smollm2.tar.gz)")
+        which.add_argument(
+            "--adapter",
+            help="LoRA adapter: with --endpoint its inference component's name, with --local the adapter's name",
+        )
+        p.add_argument(
+            "--inference-component", help="with --endpoint: the component to call without --adapter (the base)"
+        )
         what = p.add_mutually_exclusive_group(required=True)
         what.add_argument("--prompt", help="text prompt")
         what.add_argument("--payload", help="a full JSON request body, or @file.json")
@@ -61,8 +72,16 @@ def build_payload(args: argparse.Namespace) -> dict:
 
 def make_client(args: argparse.Namespace) -> EndpointClient:
     if args.local:
+        if args.inference_component:
+            raise ValueError("--inference-component is a SageMaker endpoint's; a local container has none")
         return EndpointClient.local(args.local, timeout_s=args.timeout)
-    return EndpointClient.sagemaker(args.endpoint, region=args.region, timeout_s=args.timeout)
+    if args.adapter and args.inference_component:
+        raise ValueError(
+            "an adapter component is called by its own name: pass --adapter alone (its base is known to SageMaker)"
+        )
+    return EndpointClient.sagemaker(
+        args.endpoint, region=args.region, timeout_s=args.timeout, inference_component=args.inference_component
+    )
 
 
 def print_stream(client: EndpointClient, payload: dict, args: argparse.Namespace, out: TextIO) -> None:
@@ -72,7 +91,7 @@ def print_stream(client: EndpointClient, payload: dict, args: argparse.Namespace
     others: dict[int, list[str]] = {}
     if batch and not args.raw:
         out.write("[0] ")
-    for event in client.stream(payload, target_model=args.target_model):
+    for event in client.stream(payload, target_model=args.target_model, adapter=args.adapter):
         if args.raw:
             print(json.dumps(event.raw, ensure_ascii=False), file=out, flush=True)
         elif event.index == 0:
@@ -101,7 +120,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
         payload = build_payload(args)
         client = make_client(args)
         if args.command == "invoke":
-            result = client.invoke(payload, target_model=args.target_model)
+            result = client.invoke(payload, target_model=args.target_model, adapter=args.adapter)
             print(json.dumps(result, indent=2, ensure_ascii=False), file=out)
         else:
             print_stream(client, payload, args, out)

@@ -5,6 +5,7 @@
     client.invoke({"inputs": "Hello", "parameters": {"max_new_tokens": 32}})
     for event in client.stream({"inputs": "Hello"}):
         print(event.text, end="", flush=True)
+    client.invoke({"inputs": "Hello"}, adapter="support")      # a LoRA adapter of the endpoint
 
 Both schemas (TGI ``inputs`` and OpenAI ``messages`` / ``prompt``) go through
 as given; ``stream`` sets ``"stream": true`` itself.
@@ -23,7 +24,7 @@ from botocore.exceptions import BotoCoreError
 from .errors import EndpointError
 from .events import DONE, StreamEvent, events_from_message
 from .sse import SSEDecoder
-from .transport import NO_CREDENTIALS, HttpTransport, SageMakerTransport, Transport
+from .transport import NO_CREDENTIALS, HttpTransport, Route, SageMakerTransport, Transport
 
 
 class EndpointClient:
@@ -43,23 +44,31 @@ class EndpointClient:
         region: str | None = None,
         client: Any = None,
         timeout_s: float = 120.0,
+        inference_component: str | None = None,
     ) -> "EndpointClient":
-        """``client``: an injected boto3 "sagemaker-runtime" client (tests, custom retries)."""
+        """``client``: an injected boto3 "sagemaker-runtime" client (tests, custom retries).
+
+        ``inference_component``: on an endpoint of inference components, the (base) component
+        requests without an adapter go to."""
         if client is None:
             client = _runtime_client(region, timeout_s)
-        return cls(SageMakerTransport(endpoint_name, client))
+        return cls(SageMakerTransport(endpoint_name, client, inference_component))
 
-    def invoke(self, payload: dict, target_model: str | None = None) -> Any:
-        raw = self.transport.invoke(_encode(payload), target_model)
+    def invoke(self, payload: dict, target_model: str | None = None, adapter: str | None = None) -> Any:
+        """``target_model``: a model of a multi-model endpoint; ``adapter``: a LoRA adapter (on SageMaker,
+        its inference component)."""
+        raw = self.transport.invoke(_encode(payload), Route(target_model, adapter))
         try:
             return json.loads(raw)
         except ValueError:
             raise EndpointError(f"the endpoint answered with non-JSON: {raw[:200]!r}") from None
 
-    def stream(self, payload: dict, target_model: str | None = None) -> Iterator[StreamEvent]:
+    def stream(
+        self, payload: dict, target_model: str | None = None, adapter: str | None = None
+    ) -> Iterator[StreamEvent]:
         """Token events as they arrive; ends at ``[DONE]`` or the end of the stream."""
         decoder = SSEDecoder()
-        chunks = self.transport.stream(_encode({**payload, "stream": True}), target_model)
+        chunks = self.transport.stream(_encode({**payload, "stream": True}), Route(target_model, adapter))
         try:
             for chunk in chunks:
                 for message in decoder.feed(chunk):

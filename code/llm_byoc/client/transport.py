@@ -1,12 +1,14 @@
 """How bytes reach an endpoint: SageMaker's runtime API, or plain HTTP.
 
-Both transports take a JSON body and give back either the whole response or
-the raw byte chunks of a stream as they arrive; ``EndpointClient`` does the
-decoding, so one decoder is tested against both.
+Both transports take a JSON body and a ``Route`` (which model or adapter of
+the endpoint answers) and give back either the whole response or the raw byte
+chunks of a stream as they arrive; ``EndpointClient`` does the decoding, so
+one decoder is tested against both.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Iterator, Protocol
 from urllib.parse import quote
 
@@ -18,28 +20,57 @@ from .errors import EndpointError, StreamError, error_from_body
 JSON = "application/json"
 EVENT_STREAM = "text/event-stream"
 TARGET_MODEL_HEADER = "X-Amzn-SageMaker-Target-Model"
+ADAPTER_HEADER = "X-Amzn-SageMaker-Adapter-Identifier"  # what SageMaker sends for an adapter inference component
 NO_CREDENTIALS = (
     "no AWS credentials found: set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or run `aws configure`"
 )
 
 
-class Transport(Protocol):
-    def invoke(self, body: bytes, target_model: str | None) -> bytes: ...
+@dataclass(frozen=True)
+class Route:
+    """Where in an endpoint a request goes: nowhere special, a model of a multi-model endpoint, or an adapter.
 
-    def stream(self, body: bytes, target_model: str | None) -> Iterator[bytes]: ...
+    On SageMaker an adapter is its inference component (``InferenceComponentName``); SageMaker then
+    names it to the container in the adapter header, which is what a local container gets directly.
+    """
+
+    target_model: str | None = None
+    adapter: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.target_model and self.adapter:
+            raise EndpointError("a request goes to a model of a multi-model endpoint or to an adapter, not both")
+
+
+class Transport(Protocol):
+    def invoke(self, body: bytes, route: Route) -> bytes: ...
+
+    def stream(self, body: bytes, route: Route) -> Iterator[bytes]: ...
 
 
 class SageMakerTransport:
-    """``invoke_endpoint`` and ``invoke_endpoint_with_response_stream``."""
+    """``invoke_endpoint`` and ``invoke_endpoint_with_response_stream``.
 
-    def __init__(self, endpoint_name: str, runtime: Any):
+    ``inference_component``: the component a request without an adapter goes to (an endpoint of
+    inference components needs one on every call: the base model's).
+    """
+
+    def __init__(self, endpoint_name: str, runtime: Any, inference_component: str | None = None):
         self.endpoint_name = endpoint_name
+        self.inference_component = inference_component
         self._runtime = runtime  # a boto3 "sagemaker-runtime" client
 
-    def invoke(self, body: bytes, target_model: str | None) -> bytes:
-        params = dict(EndpointName=self.endpoint_name, Body=body, ContentType=JSON, Accept=JSON)
-        if target_model:
-            params["TargetModel"] = target_model
+    def _params(self, body: bytes, route: Route) -> dict:
+        params = dict(EndpointName=self.endpoint_name, Body=body, ContentType=JSON)
+        component = route.adapter or self.inference_component
+        if component:
+            params["InferenceComponentName"] = component
+        return params
+
+    def invoke(self, body: bytes, route: Route) -> bytes:
+        params = {**self._params(body, route), "Accept": JSON}
+        if route.target_model:
+            params["TargetModel"] = route.target_model
         try:
             response = self._runtime.invoke_endpoint(**params)
             return response["Body"].read()
@@ -48,15 +79,15 @@ class SageMakerTransport:
         except BotoCoreError as exc:
             raise _botocore_error(exc) from None
 
-    def stream(self, body: bytes, target_model: str | None) -> Iterator[bytes]:
-        if target_model:
+    def stream(self, body: bytes, route: Route) -> Iterator[bytes]:
+        if route.target_model:
             raise EndpointError(
                 "SageMaker does not stream from multi-model endpoints "
                 "(InvokeEndpointWithResponseStream has no TargetModel); use invoke"
             )
         try:
             response = self._runtime.invoke_endpoint_with_response_stream(
-                EndpointName=self.endpoint_name, Body=body, ContentType=JSON, Accept=EVENT_STREAM
+                **self._params(body, route), Accept=EVENT_STREAM
             )
         except ClientError as exc:
             raise _runtime_error(exc) from None
@@ -108,7 +139,8 @@ class HttpTransport:
     """A container reached directly (``docker run -p 8080:8080 IMAGE serve``).
 
     With a target model it calls the route SageMaker itself calls on a
-    multi-model container, ``POST /models/<name>/invoke``.
+    multi-model container, ``POST /models/<name>/invoke``; with an adapter it
+    sends the header SageMaker sends for an adapter inference component.
     """
 
     def __init__(self, base_url: str, session: requests.Session | None = None, timeout_s: float = 120.0):
@@ -116,16 +148,18 @@ class HttpTransport:
         self._session = session or requests.Session()
         self._timeout = (10.0, timeout_s)  # (connect, read between bytes)
 
-    def _url(self, target_model: str | None) -> str:
-        if target_model:
-            return f"{self.base_url}/models/{quote(target_model, safe='')}/invoke"
+    def _url(self, route: Route) -> str:
+        if route.target_model:
+            return f"{self.base_url}/models/{quote(route.target_model, safe='')}/invoke"
         return f"{self.base_url}/invocations"
 
-    def _post(self, body: bytes, target_model: str | None, accept: str, stream: bool) -> requests.Response:
+    def _post(self, body: bytes, route: Route, accept: str, stream: bool) -> requests.Response:
         headers = {"Content-Type": JSON, "Accept": accept}
-        if target_model:
-            headers[TARGET_MODEL_HEADER] = target_model
-        url = self._url(target_model)
+        if route.target_model:
+            headers[TARGET_MODEL_HEADER] = route.target_model
+        if route.adapter:
+            headers[ADAPTER_HEADER] = route.adapter
+        url = self._url(route)
         try:
             response = self._session.post(url, data=body, headers=headers, stream=stream, timeout=self._timeout)
         except requests.RequestException as exc:
@@ -136,11 +170,11 @@ class HttpTransport:
             raise error_from_body(response.status_code, content, response.reason or "request failed")
         return response
 
-    def invoke(self, body: bytes, target_model: str | None) -> bytes:
-        return self._post(body, target_model, JSON, stream=False).content
+    def invoke(self, body: bytes, route: Route) -> bytes:
+        return self._post(body, route, JSON, stream=False).content
 
-    def stream(self, body: bytes, target_model: str | None) -> Iterator[bytes]:
-        response = self._post(body, target_model, EVENT_STREAM, stream=True)
+    def stream(self, body: bytes, route: Route) -> Iterator[bytes]:
+        response = self._post(body, route, EVENT_STREAM, stream=True)
         try:
             yield from _arriving_chunks(response)
         except requests.RequestException as exc:

@@ -8,8 +8,16 @@
     autoscale target tracking on invocations per instance (or --disable)
     update    new image / model / instance through a new endpoint config
     describe  status (and SageMaker's failure reason) of one endpoint
-    delete    endpoint, config, model and scaling target
+    delete    endpoint, config, model and scaling target (and its inference components)
     list      endpoints in the region
+
+  LoRA adapters as inference components (one base model, many adapters):
+    create-ic-endpoint  endpoint for inference components (managed instance scaling)
+    add-base            the base model as a component (accelerators, memory, CPU cores, copies)
+    package-adapter     PEFT adapter folder -> checked adapter.tar.gz on S3
+    add-adapter         an adapter component over the base
+    list-components     the components of an endpoint
+    delete-component    one component (a base takes its adapters with it)
 
 Every command takes --region, --profile and --dry-run (print each AWS call
 as JSON and make none).
@@ -21,8 +29,10 @@ import argparse
 import sys
 from typing import TextIO
 
+from ..config import EngineConfig
 from .errors import DeployError
 from .gateway import make_gateway
+from .specs import DEFAULT_GPU_INSTANCE
 
 
 def _common() -> argparse.ArgumentParser:
@@ -42,6 +52,14 @@ def _engine_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-batched-tokens", type=int, help="tokens per engine step")
     g.add_argument("--server-timeout", type=int, help="SAGEMAKER_MODEL_SERVER_TIMEOUT, seconds per request")
     g.add_argument("--memory-budget", help="multi-model: memory for loaded models, e.g. 12GiB or 0.6")
+    g.add_argument("--max-loras", type=int, help="LoRA adapters one batch may use at once")
+    g.add_argument("--max-cpu-loras", type=int, help="LoRA adapters kept loaded in memory")
+    g.add_argument("--max-lora-rank", type=int, help="largest LoRA rank accepted (default 64)")
+
+
+def _deletion_wait_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--wait-timeout", type=float, default=1800.0, help="seconds to wait for each component to go")
+    p.add_argument("--poll", type=float, default=15.0, help="seconds between status checks")
 
 
 def _wait_options(p: argparse.ArgumentParser) -> None:
@@ -118,9 +136,66 @@ def _add_operate(sub, common: list) -> None:
         p = sub.add_parser(name, parents=common, help=help_text)
         p.add_argument("--name", required=True)
     p.add_argument("--keep-model", action="store_true")  # delete only
+    _deletion_wait_options(p)
 
     p = sub.add_parser("list", parents=common, help="list endpoints")
     p.add_argument("--name-contains")
+
+
+def _add_components(sub, common: list) -> None:
+    """An endpoint of inference components: a base model and LoRA adapter components over it."""
+    p = sub.add_parser("create-ic-endpoint", parents=common, help="endpoint for inference components")
+    p.add_argument("--name", required=True, help="endpoint name")
+    p.add_argument("--role", required=True, help="execution role name or ARN (the components run under it)")
+    p.add_argument("--instance-type", help=f"default {DEFAULT_GPU_INSTANCE}")
+    p.add_argument("--instance-count", type=int, default=1, help="instances to start with")
+    p.add_argument("--min-instances", type=int, default=1, help="managed scaling floor (0: may scale in to none)")
+    p.add_argument("--max-instances", type=int, help="managed scaling ceiling (default: --instance-count)")
+    p.add_argument("--volume-size-gb", type=int, help="EBS volume (only instance types without NVMe storage)")
+    _wait_options(p)
+
+    p = sub.add_parser("add-base", parents=common, help="the base model as an inference component")
+    p.add_argument("--endpoint", required=True)
+    p.add_argument("--name", required=True, help="component name (invoke it with --inference-component)")
+    p.add_argument("--image", required=True)
+    p.add_argument("--role", required=True, help="execution role name or ARN")
+    data = p.add_mutually_exclusive_group()
+    data.add_argument("--model-data", help="s3://.../model.tar.gz of the base model")
+    data.add_argument("--model-path", help="local model folder: packaged and uploaded first")
+    p.add_argument("--s3-uri", help="with --model-path: where to upload")
+    p.add_argument("--accelerators", type=int, default=1, help="GPUs per copy (0 on CPU instances)")
+    p.add_argument("--memory-mb", type=int, default=1024, help="host memory reserved per copy (MB)")
+    p.add_argument("--cpu-cores", type=float, help="CPU cores reserved per copy")
+    p.add_argument("--copies", type=int, default=1, help="copies of the base (each serves every adapter)")
+    p.add_argument("--startup-timeout", type=int, default=900, help="container health check timeout, 60..3600 s")
+    p.add_argument("--download-timeout", type=int, default=1200, help="model download timeout, 60..3600 s")
+    _engine_options(p)
+    _wait_options(p)
+
+    p = sub.add_parser("package-adapter", parents=common, help="PEFT adapter folder -> adapter.tar.gz on S3")
+    p.add_argument("adapter_path", help="the folder peft's save_pretrained wrote")
+    p.add_argument("--s3-uri", help="s3://bucket/key.tar.gz or s3://bucket/prefix/ (default: the SageMaker bucket)")
+    p.add_argument("--output", help="also keep the archive at this local path")
+    p.add_argument("--max-lora-rank", type=int, default=EngineConfig().max_lora_rank,
+                   help="the base container's LLM_BYOC_MAX_LORA_RANK")
+
+    p = sub.add_parser("add-adapter", parents=common, help="a LoRA adapter component over a base component")
+    p.add_argument("--endpoint", required=True)
+    p.add_argument("--base", required=True, help="the base component")
+    p.add_argument("--name", required=True, help="component name = what clients pass as --adapter")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--artifact", help="s3://.../adapter.tar.gz (see package-adapter)")
+    where.add_argument("--adapter-path", help="local PEFT adapter folder: checked, packaged and uploaded first")
+    p.add_argument("--s3-uri", help="with --adapter-path: where to upload")
+    _wait_options(p)
+
+    p = sub.add_parser("list-components", parents=common, help="inference components of an endpoint")
+    p.add_argument("--endpoint", required=True)
+
+    p = sub.add_parser("delete-component", parents=common, help="delete a component (a base with its adapters)")
+    p.add_argument("--name", required=True)
+    p.add_argument("--keep-model", action="store_true", help="keep a base component's SageMaker Model")
+    _deletion_wait_options(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -132,17 +207,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_artifact_commands(sub, common)
     _add_create(sub, common)
     _add_operate(sub, common)
+    _add_components(sub, common)
     return parser
 
 
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     args = build_parser().parse_args(argv)
-    from . import commands  # after parsing: --help stays fast
+    from . import commands, component_commands  # after parsing: --help stays fast
 
+    handler = {**commands.HANDLERS, **component_commands.HANDLERS}[args.command]
     try:
         gateway = make_gateway(args.region, args.profile, args.dry_run, out=out)
-        return commands.run(args, gateway, out)
+        return handler(args, gateway, out)
     except DeployError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

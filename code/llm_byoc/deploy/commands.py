@@ -19,6 +19,9 @@ from typing import TextIO
 from ..config import (
     ENV_DTYPE,
     ENV_MAX_BATCHED_TOKENS,
+    ENV_MAX_CPU_LORAS,
+    ENV_MAX_LORA_RANK,
+    ENV_MAX_LORAS,
     ENV_MAX_MODEL_LEN,
     ENV_MAX_NUM_SEQS,
     ENV_MEMORY_BUDGET,
@@ -29,7 +32,7 @@ from . import autoscale, ecr, endpoints, package, role
 from .errors import DeployError, EndpointFailed
 from .gateway import AwsGateway
 from .specs import DEFAULT_CPU_INSTANCE, DEFAULT_GPU_INSTANCE, EndpointSpec, timestamp
-from .waiter import describe_endpoint, wait_in_service
+from .waiter import describe_endpoint, wait_component, wait_in_service
 
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
 _PLACEHOLDER_ROLE = "arn:aws:iam::000000000000:role/placeholder"
@@ -40,6 +43,9 @@ _ENV_FLAGS = {
     "max_batched_tokens": ENV_MAX_BATCHED_TOKENS,
     "server_timeout": ENV_SERVER_TIMEOUT,
     "memory_budget": ENV_MEMORY_BUDGET,
+    "max_loras": ENV_MAX_LORAS,
+    "max_cpu_loras": ENV_MAX_CPU_LORAS,
+    "max_lora_rank": ENV_MAX_LORA_RANK,
 }
 
 
@@ -56,18 +62,23 @@ def environment(args: argparse.Namespace) -> dict[str, str]:
     return env
 
 
-def _waiter(args: argparse.Namespace):
+def default_s3_uri(gateway: AwsGateway, name: str, archive: str) -> str:
+    """s3://sagemaker-<region>-<account>/llm-byoc/<name>/<archive> (the bucket is created if missing)."""
+    return f"s3://{package.default_bucket(gateway)}/llm-byoc/{name}/{archive}"
+
+
+def endpoint_waiter(args: argparse.Namespace):
     if args.no_wait:
         return None
     return functools.partial(wait_in_service, timeout_s=args.wait_timeout, poll_s=args.poll, out=sys.stderr)
 
 
-def _package_and_upload(gateway: AwsGateway, model_path: str, s3_uri: str | None, output: str | None = None) -> str:
+def package_and_upload(gateway: AwsGateway, model_path: str, s3_uri: str | None, output: str | None = None) -> str:
     source = Path(model_path).expanduser()
     package.model_files(source.resolve())  # a wrong path fails before any AWS call
     if s3_uri is None:
         name = source.resolve().name.removesuffix(".gguf") or "model"
-        s3_uri = f"s3://{package.default_bucket(gateway)}/llm-byoc/{name}/{package.ARCHIVE_NAME}"
+        s3_uri = default_s3_uri(gateway, name, package.ARCHIVE_NAME)
     with tempfile.TemporaryDirectory(prefix="llm-byoc-") as tmp:
         archive = Path(output) if output else Path(tmp) / package.ARCHIVE_NAME
         package.build_archive(source, archive)
@@ -92,7 +103,7 @@ def cmd_role(args, gateway: AwsGateway, out: TextIO) -> int:
 
 
 def cmd_package(args, gateway: AwsGateway, out: TextIO) -> int:
-    print(_package_and_upload(gateway, args.model_path, args.s3_uri, args.output), file=out)
+    print(package_and_upload(gateway, args.model_path, args.s3_uri, args.output), file=out)
     return 0
 
 
@@ -119,9 +130,9 @@ def cmd_create(args, gateway: AwsGateway, out: TextIO) -> int:
         package.model_files(Path(args.model_path).expanduser().resolve())
     role_arn = role.resolve_role(gateway, args.role)
     endpoints.ensure_absent(gateway, spec.name)  # before a possibly long upload
-    model_data = _package_and_upload(gateway, args.model_path, args.s3_uri) if args.model_path else args.model_data
+    model_data = package_and_upload(gateway, args.model_path, args.s3_uri) if args.model_path else args.model_data
     spec = dataclasses.replace(spec, role_arn=role_arn, model_data=model_data)
-    endpoints.create(gateway, spec, timestamp(), _waiter(args), check_absent=False)
+    endpoints.create(gateway, spec, timestamp(), endpoint_waiter(args), check_absent=False)
     print(spec.name, file=out, flush=True)
     return 0
 
@@ -134,7 +145,7 @@ def cmd_add_model(args, gateway: AwsGateway, out: TextIO) -> int:
     if not prefix.endswith("/"):
         raise DeployError(f"S3 prefix {prefix!r} must end with /")
     target = f"{args.model_name}.tar.gz"
-    uploaded = _package_and_upload(gateway, args.model_path, prefix + target)
+    uploaded = package_and_upload(gateway, args.model_path, prefix + target)
     print(
         f"uploaded {uploaded}; invoke it with --target-model {target} (first call loads it: a cold start)",
         file=sys.stderr,
@@ -145,6 +156,11 @@ def cmd_add_model(args, gateway: AwsGateway, out: TextIO) -> int:
 
 def cmd_autoscale(args, gateway: AwsGateway, out: TextIO) -> int:
     parts = endpoints.read_parts(gateway, args.name)
+    if parts.hosts_components:
+        raise DeployError(
+            f"{args.name!r} hosts inference components: SageMaker scales its instances itself between the "
+            "min and max of create-ic-endpoint (managed instance scaling); scale a component by its copy count"
+        )
     if args.disable:
         removed = autoscale.disable(gateway, args.name, parts.variant)
         print("autoscaling removed" if removed else "no autoscaling was registered", file=sys.stderr)
@@ -173,7 +189,7 @@ def cmd_update(args, gateway: AwsGateway, out: TextIO) -> int:
         gateway,
         args.name,
         timestamp(),
-        _waiter(args),
+        endpoint_waiter(args),
         keep_old=args.keep_old,
         image=args.image,
         model_data=args.model_data,
@@ -202,8 +218,13 @@ def cmd_describe(args, gateway: AwsGateway, out: TextIO) -> int:
     return 0
 
 
+def component_waiter(args: argparse.Namespace):
+    """waiter.wait_component with the command's --wait-timeout and --poll."""
+    return functools.partial(wait_component, timeout_s=args.wait_timeout, poll_s=args.poll, out=sys.stderr)
+
+
 def cmd_delete(args, gateway: AwsGateway, out: TextIO) -> int:
-    endpoints.delete(gateway, args.name, keep_model=args.keep_model)
+    endpoints.delete(gateway, args.name, keep_model=args.keep_model, wait_gone=component_waiter(args))
     return 0
 
 
@@ -228,7 +249,3 @@ HANDLERS = {
     "delete": cmd_delete,
     "list": cmd_list,
 }
-
-
-def run(args: argparse.Namespace, gateway: AwsGateway, out: TextIO) -> int:
-    return HANDLERS[args.command](args, gateway, out)

@@ -11,18 +11,19 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, TextIO
 
-from . import autoscale
+from . import autoscale, components
+from .components import ComponentWaiter
 from .errors import AwsCallError, DeployError
-from .gateway import AwsGateway
+from .gateway import AwsGateway, delete_quietly
+from .launch import launch
 from .specs import (
-    TAG_KEY,
     EndpointSpec,
     endpoint_config_request,
     model_request,
     resource_name,
     spec_from_existing,
 )
-from .waiter import describe_endpoint, endpoint_exists
+from .waiter import describe_endpoint, endpoint_exists, wait_component
 
 Waiter = Callable[..., dict]  # waiter.wait_in_service
 
@@ -40,6 +41,12 @@ class EndpointParts:
         variants = self.endpoint.get("ProductionVariants") or self.config.get("ProductionVariants") or [{}]
         return variants[0].get("VariantName", "AllTraffic")
 
+    @property
+    def hosts_components(self) -> bool:
+        """An endpoint for inference components: its variants name no model (the components do)."""
+        variants = self.config.get("ProductionVariants") or []
+        return bool(variants) and not any(v.get("ModelName") for v in variants)
+
 
 def read_parts(gateway: AwsGateway, name: str) -> EndpointParts:
     endpoint = describe_endpoint(gateway, name)
@@ -49,7 +56,7 @@ def read_parts(gateway: AwsGateway, name: str) -> EndpointParts:
     config = _describe_if_present(
         gateway, "describe_endpoint_config", EndpointConfigName=endpoint["EndpointConfigName"]
     )
-    model_names = [v["ModelName"] for v in config.get("ProductionVariants", [])]
+    model_names = [v["ModelName"] for v in config.get("ProductionVariants", []) if v.get("ModelName")]
     models = [m for m in (_describe_if_present(gateway, "describe_model", ModelName=n) for n in model_names) if m]
     return EndpointParts(endpoint, config, models)
 
@@ -97,7 +104,7 @@ def _create_model_and_config(gateway: AwsGateway, spec: EndpointSpec, stamp: str
     try:
         gateway.call("sagemaker", "create_endpoint_config", **endpoint_config_request(spec, config_name, model_name))
     except DeployError:
-        _delete_quietly(gateway, "delete_model", ModelName=model_name)
+        delete_quietly(gateway, "delete_model", ModelName=model_name)
         raise
     return model_name, config_name
 
@@ -120,18 +127,7 @@ def create(
     if check_absent:
         ensure_absent(gateway, spec.name)
     model_name, config_name = _create_model_and_config(gateway, spec, stamp)
-    try:
-        gateway.call(
-            "sagemaker",
-            "create_endpoint",
-            EndpointName=spec.name,
-            EndpointConfigName=config_name,
-            Tags=[{"Key": TAG_KEY, "Value": spec.name}],
-        )
-    except DeployError:
-        _delete_quietly(gateway, "delete_endpoint_config", EndpointConfigName=config_name)
-        _delete_quietly(gateway, "delete_model", ModelName=model_name)
-        raise
+    launch(gateway, spec.name, config_name, model_name)
     print(
         f"creating endpoint {spec.name} ({spec.instance_count} x {spec.instance_type}); "
         "it bills per instance-hour from now until deleted",
@@ -152,6 +148,11 @@ def update(
     """New model + config from the current ones with ``overrides``; update_endpoint; clean up."""
     out = out or sys.stderr
     old = read_parts(gateway, name)
+    if old.hosts_components:
+        raise DeployError(
+            f"{name!r} hosts inference components: replace a component (delete-component, add-base / add-adapter) "
+            "instead of updating the endpoint"
+        )
     if not old.config or not old.models:
         raise DeployError(f"the model or endpoint config behind {name!r} no longer exists: delete and create it again")
     spec = spec_from_existing(name, old.models[0], old.config, **overrides)
@@ -171,33 +172,41 @@ def update(
             RetainAllVariantProperties=False,
         )
     except DeployError:  # e.g. the endpoint is still Updating: leave nothing orphaned behind
-        _delete_quietly(gateway, "delete_endpoint_config", EndpointConfigName=config_name)
-        _delete_quietly(gateway, "delete_model", ModelName=model_name)
+        delete_quietly(gateway, "delete_endpoint_config", EndpointConfigName=config_name)
+        delete_quietly(gateway, "delete_model", ModelName=model_name)
         raise
     print(f"updating endpoint {name} to {config_name} (the old config serves until the new one is ready)", file=out)
     description = wait(gateway, name, expected_config=config_name) if wait else {}
     if wait and not keep_old:  # only once the new config serves: the old one is the rollback target until then
         old_config = old.config.get("EndpointConfigName")
         if old_config and old_config != config_name:
-            _delete_quietly(gateway, "delete_endpoint_config", EndpointConfigName=old_config)
+            delete_quietly(gateway, "delete_endpoint_config", EndpointConfigName=old_config)
         for model in old.models:
             if model.get("ModelName") and model["ModelName"] != model_name:
-                _delete_quietly(gateway, "delete_model", ModelName=model["ModelName"])
+                delete_quietly(gateway, "delete_model", ModelName=model["ModelName"])
     return description
 
 
-def delete(gateway: AwsGateway, name: str, keep_model: bool = False, out: TextIO | None = None) -> None:
-    """Scaling target, endpoint, its config and its model(s)."""
+def delete(
+    gateway: AwsGateway,
+    name: str,
+    keep_model: bool = False,
+    out: TextIO | None = None,
+    wait_gone: ComponentWaiter = wait_component,
+) -> None:
+    """Scaling target, inference components (adapters first), endpoint, its config and its model(s)."""
     out = out or sys.stderr
     parts = read_parts(gateway, name)
+    if parts.hosts_components:
+        components.delete_all(gateway, name, wait_gone, keep_model=keep_model, out=out)
     if autoscale.disable(gateway, name, parts.variant):
         print(f"deregistered autoscaling of {name}", file=out)
     gateway.call("sagemaker", "delete_endpoint", EndpointName=name)
     if parts.config:
-        _delete_quietly(gateway, "delete_endpoint_config", EndpointConfigName=parts.endpoint["EndpointConfigName"])
+        delete_quietly(gateway, "delete_endpoint_config", EndpointConfigName=parts.endpoint["EndpointConfigName"])
     if not keep_model:
         for model in parts.models:
-            _delete_quietly(gateway, "delete_model", ModelName=model["ModelName"])
+            delete_quietly(gateway, "delete_model", ModelName=model["ModelName"])
     print(
         f"deleted endpoint {name} (billing stops once SageMaker has torn it down, ~1-2 minutes); "
         "model data in S3 and the image in ECR stay",
@@ -227,11 +236,3 @@ def model_prefix(gateway: AwsGateway, name: str) -> str:
     if container.get("Mode") != "MultiModel":
         raise DeployError(f"endpoint {name!r} is not a multi-model endpoint")
     return container["ModelDataUrl"]
-
-
-def _delete_quietly(gateway: AwsGateway, operation: str, **params) -> None:
-    """Clean-up that must not hide the error that triggered it (or stop a delete half-way)."""
-    try:
-        gateway.call("sagemaker", operation, **params)
-    except AwsCallError as exc:
-        print(f"warning: {exc}", file=sys.stderr)

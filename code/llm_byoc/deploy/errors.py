@@ -31,3 +31,20 @@ class EndpointFailed(DeployError):
             f"endpoint {name!r} is {status}: {reason or 'SageMaker gave no reason'} "
             f"(container log: CloudWatch log group /aws/sagemaker/Endpoints/{name})"
         )
+
+
+class ComponentNotFound(DeployError):
+    def __init__(self, name: str, region: str):
+        super().__init__(
+            f"inference component {name!r} does not exist in {region} "
+            "(see: python -m llm_byoc.deploy list-components --endpoint ENDPOINT)"
+        )
+
+
+class ComponentFailed(DeployError):
+    def __init__(self, name: str, reason: str | None, endpoint: str):
+        super().__init__(
+            f"inference component {name!r} is Failed: {reason or 'SageMaker gave no reason'} "
+            f"(container log: CloudWatch log groups /aws/sagemaker/InferenceComponents/{name} "
+            f"and /aws/sagemaker/Endpoints/{endpoint})"
+        )

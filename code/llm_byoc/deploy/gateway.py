@@ -102,3 +102,11 @@ def make_gateway(region: str | None, profile: str | None, dry_run: bool, out: Te
     except BotoCoreError as exc:  # ProfileNotFound
         raise DeployError(str(exc)) from None
     return DryRunGateway(session, out) if dry_run else AwsGateway(session)
+
+
+def delete_quietly(gateway: AwsGateway, operation: str, **params: Any) -> None:
+    """A SageMaker clean-up that must not hide the error that triggered it (or stop a delete half-way)."""
+    try:
+        gateway.call("sagemaker", operation, **params)
+    except AwsCallError as exc:
+        print(f"warning: {exc}", file=sys.stderr)

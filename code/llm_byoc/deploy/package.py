@@ -57,8 +57,12 @@ def model_files(source: Path) -> list[Path]:
 
 def build_archive(source: Path, archive: Path, progress: bool = True) -> Path:
     source = source.expanduser().resolve()
-    files = model_files(source)
     base = source.parent if source.is_file() else source
+    return write_archive(base, model_files(source), archive, progress)
+
+
+def write_archive(base: Path, files: list[Path], archive: Path, progress: bool = True) -> Path:
+    """``files`` into a tar.gz, named by their path under ``base``; symlinks stored as the files they point to."""
     try:
         total = sum(f.stat().st_size for f in files)
     except OSError as exc:

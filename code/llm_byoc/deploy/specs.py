@@ -22,7 +22,7 @@ DEFAULT_CPU_INSTANCE = "ml.m5.xlarge"  # multi-model endpoints of small models
 DEFAULT_VARIANT = "AllTraffic"
 TAG_KEY = "llm-byoc:endpoint"
 
-_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+ENDPOINT_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 # Families with local NVMe instance storage: SageMaker rejects VolumeSizeInGB there.
 _NVME_FAMILIES = {"g4dn", "g5", "g6", "g6e", "p3dn", "p4d", "p4de", "p5", "p5e", "p5en", "trn1", "trn1n"}
 
@@ -48,30 +48,34 @@ class EndpointSpec:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "environment", MappingProxyType(dict(self.environment)))
-        _check(_NAME.match(self.name) is not None, f"endpoint name {self.name!r}: letters, digits and -, at most 63")
-        _check(bool(self.image), "an image URI is required (see: python -m llm_byoc.deploy ecr)")
-        _check(self.role_arn.startswith("arn:"), f"role {self.role_arn!r} is not an ARN")
-        _check(self.instance_type.startswith("ml."), f"instance type {self.instance_type!r} must start with ml.")
-        _check(self.instance_count >= 1, "instance count must be >= 1")
+        require(
+            ENDPOINT_NAME.match(self.name) is not None,
+            f"endpoint name {self.name!r}: letters, digits and -, at most 63",
+        )
+        require(bool(self.image), "an image URI is required (see: python -m llm_byoc.deploy ecr)")
+        require(self.role_arn.startswith("arn:"), f"role {self.role_arn!r} is not an ARN")
+        require(self.instance_type.startswith("ml."), f"instance type {self.instance_type!r} must start with ml.")
+        require(self.instance_count >= 1, "instance count must be >= 1")
         for label, value in (("startup", self.startup_timeout_s), ("download", self.download_timeout_s)):
-            _check(60 <= value <= 3600, f"{label} timeout must be 60..3600 s, not {value}")
+            require(60 <= value <= 3600, f"{label} timeout must be 60..3600 s, not {value}")
         if self.model_data is not None:
-            _check(self.model_data.startswith("s3://"), f"model data {self.model_data!r} must be an s3:// URI")
+            require(self.model_data.startswith("s3://"), f"model data {self.model_data!r} must be an s3:// URI")
         if self.multi_model:
-            _check(
+            require(
                 bool(self.model_data) and self.model_data.endswith("/"),
                 "a multi-model endpoint needs an S3 prefix ending in / (its models live under it)",
             )
         if self.volume_size_gb is not None:
-            _check(
+            require(
                 supports_volume_size(self.instance_type),
                 f"{self.instance_type} has NVMe instance storage; SageMaker rejects a volume size for it",
             )
-            _check(1 <= self.volume_size_gb <= 512, "volume size must be 1..512 GB")
+            require(1 <= self.volume_size_gb <= 512, "volume size must be 1..512 GB")
         validate_environment(self.environment, self.multi_model)
 
 
-def _check(condition: bool, message: str) -> None:
+def require(condition: bool, message: str) -> None:
+    """A DeployError with ``message`` unless ``condition`` holds."""
     if not condition:
         raise DeployError(message)
 
@@ -101,18 +105,25 @@ def timestamp(now: float | None = None) -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime(now))
 
 
+def container_definition(
+    image: str, model_data: str | None, environment: Mapping[str, str], multi_model: bool = False
+) -> dict:
+    """A create_model PrimaryContainer: the image, where its model comes from, its settings."""
+    env = dict(environment)
+    container: dict = {"Image": image, "Mode": "MultiModel" if multi_model else "SingleModel"}
+    if multi_model:
+        env[ENV_MULTI_MODEL] = "true"
+    if model_data:
+        container["ModelDataUrl"] = model_data
+    container["Environment"] = env
+    return container
+
+
 def model_request(spec: EndpointSpec, model_name: str) -> dict:
-    environment = dict(spec.environment)
-    container: dict = {"Image": spec.image, "Mode": "MultiModel" if spec.multi_model else "SingleModel"}
-    if spec.multi_model:
-        environment[ENV_MULTI_MODEL] = "true"
-    if spec.model_data:
-        container["ModelDataUrl"] = spec.model_data
-    container["Environment"] = environment
     return {
         "ModelName": model_name,
         "ExecutionRoleArn": spec.role_arn,
-        "PrimaryContainer": container,
+        "PrimaryContainer": container_definition(spec.image, spec.model_data, spec.environment, spec.multi_model),
         "Tags": [{"Key": TAG_KEY, "Value": spec.name}],
     }
 

@@ -33,10 +33,10 @@ class FakeTransport:
     def __init__(self, chunks=(), error: Exception | None = None):
         self.chunks, self.error, self.bodies = list(chunks), error, []
 
-    def invoke(self, body, target_model):
+    def invoke(self, body, route):
         raise AssertionError("the load generator only streams")
 
-    def stream(self, body, target_model):
+    def stream(self, body, route):
         self.bodies.append(json.loads(body))
         if self.error is not None:
             raise self.error

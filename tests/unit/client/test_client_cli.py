@@ -5,6 +5,7 @@ import json
 
 import pytest
 from llm_byoc.client import EndpointClient, EndpointError, cli
+from llm_byoc.client.transport import Route, SageMakerTransport
 
 
 class FakeTransport:
@@ -12,16 +13,16 @@ class FakeTransport:
 
     def __init__(self, response: bytes = b"{}", chunks: list[bytes] | None = None, error: Exception | None = None):
         self.response, self.chunks, self.error = response, chunks or [], error
-        self.sent: list[tuple[dict, str | None]] = []
+        self.sent: list[tuple[dict, Route]] = []
 
-    def invoke(self, body: bytes, target_model: str | None) -> bytes:
-        self.sent.append((json.loads(body), target_model))
+    def invoke(self, body: bytes, route: Route) -> bytes:
+        self.sent.append((json.loads(body), route))
         if self.error:
             raise self.error
         return self.response
 
-    def stream(self, body: bytes, target_model: str | None):
-        self.sent.append((json.loads(body), target_model))
+    def stream(self, body: bytes, route: Route):
+        self.sent.append((json.loads(body), route))
         yield from self.chunks
 
 
@@ -55,7 +56,7 @@ def test_stream_prints_tokens_as_they_arrive(fake):
     transport = fake(FakeTransport(chunks=[sse[:5], sse[5:31], sse[31:]]))
     code, out = run(["stream", "--endpoint", "ep", "--prompt", "hi", "--max-new-tokens", "8"])
     assert (code, out) == (0, "안녕🙂\n")
-    assert transport.sent == [({"inputs": "hi", "parameters": {"max_new_tokens": 8}, "stream": True}, None)]
+    assert transport.sent == [({"inputs": "hi", "parameters": {"max_new_tokens": 8}, "stream": True}, Route())]
 
 
 def test_invoke_chat_with_target_model(fake):
@@ -76,7 +77,7 @@ def test_invoke_chat_with_target_model(fake):
     )
     assert code == 0 and json.loads(out) == {"choices": [{"message": {"content": "hey"}}]}
     assert transport.sent == [
-        ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 64, "temperature": 0.5}, "m.tar.gz")
+        ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 64, "temperature": 0.5}, Route("m.tar.gz"))
     ]
 
 
@@ -85,7 +86,7 @@ def test_payload_from_file(fake, tmp_path):
     path.write_text('{"prompt": "x", "max_tokens": 3}')
     transport = fake(FakeTransport(response=b"[]"))
     assert run(["invoke", "--endpoint", "ep", "--payload", f"@{path}"])[0] == 0
-    assert transport.sent == [({"prompt": "x", "max_tokens": 3}, None)]
+    assert transport.sent == [({"prompt": "x", "max_tokens": 3}, Route())]
 
 
 def test_errors_are_one_line_and_exit_1(fake, capsys):
@@ -124,3 +125,37 @@ def test_broken_pipe_stops_quietly(fake, monkeypatch, capsys):
     fake(FakeTransport(chunks=[b'data: {"token": {"text": "t"}}\n\n']))
     assert cli.main(["stream", "--endpoint", "ep", "--prompt", "hi"], out=ClosedPipe()) == 0
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("command", ["invoke", "stream"])
+def test_adapter_goes_with_the_request(fake, command):
+    transport = fake(FakeTransport(chunks=[b'data: {"token": {"text": "t"}}\n\n']))
+    assert run([command, "--endpoint", "lora", "--adapter", "support", "--prompt", "hi"])[0] == 0
+    assert transport.sent[0][1] == Route(adapter="support")
+
+
+def test_adapter_and_target_model_exclude_each_other():
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["invoke", "--endpoint", "e", "--prompt", "p", "--adapter", "a",
+                                       "--target-model", "m.tar.gz"])
+
+
+def _args(*argv: str):
+    return cli.build_parser().parse_args(["invoke", "--prompt", "hi", *argv])
+
+
+def test_the_base_component_is_the_sagemaker_clients_default():
+    transport = cli.make_client(_args("--endpoint", "lora", "--inference-component", "llama-base")).transport
+    assert isinstance(transport, SageMakerTransport) and transport.inference_component == "llama-base"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (("--local", "http://127.0.0.1:8080", "--inference-component", "base"), "a local container has none"),
+        (("--endpoint", "lora", "--inference-component", "base", "--adapter", "a"), "pass --adapter alone"),
+    ],
+)
+def test_inference_component_misuse_is_a_clear_error(argv, message, capsys):
+    assert cli.main(["invoke", "--prompt", "hi", *argv]) == 1
+    assert message in capsys.readouterr().err

@@ -105,17 +105,22 @@ def test_invoke_sends_json_and_target_model(runtime):
     assert result == [{"generated_text": "안녕 🙂"}]
 
 
+def model_error(stub: Stubber, status: int, body: dict) -> None:
+    """The container answered ``status`` with ``body``: SageMaker's ModelError (424) carrying both."""
+    stub.add_client_error(
+        "invoke_endpoint",
+        service_error_code="ModelError",
+        service_message=f"Received client error ({status})",
+        http_status_code=424,
+        response_meta={},
+    )
+    stub._queue[-1]["response"][1]["OriginalStatusCode"] = status  # noqa: SLF001 - modelled ModelError fields
+    stub._queue[-1]["response"][1]["OriginalMessage"] = json.dumps(body)
+
+
 def test_invoke_model_error_keeps_the_container_status_and_type(runtime):
     with Stubber(runtime) as stub:
-        stub.add_client_error(
-            "invoke_endpoint",
-            service_error_code="ModelError",
-            service_message="Received client error (429)",
-            http_status_code=424,
-            response_meta={},
-        )
-        stub._queue[0]["response"][1]["OriginalStatusCode"] = 429  # noqa: SLF001 - modelled ModelError fields
-        stub._queue[0]["response"][1]["OriginalMessage"] = json.dumps({"error": "queue is full", "type": "queue_full"})
+        model_error(stub, 429, {"error": "queue is full", "type": "queue_full"})
         with pytest.raises(EndpointError) as info:
             EndpointClient.sagemaker("ep", client=runtime).invoke({"inputs": "hi"})
     assert (info.value.status_code, info.value.error_type, info.value.message) == (429, "queue_full", "queue is full")
@@ -141,3 +146,56 @@ def test_no_credentials_is_a_clear_error(monkeypatch):
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
     with pytest.raises(EndpointError, match="no AWS credentials found"):
         EndpointClient.sagemaker("ep")
+
+
+ONE_TOKEN = payload_part(tgi(0, 1, "네", "length").encode())
+
+
+@pytest.mark.parametrize(
+    "default, adapter, sent",
+    [(None, "support", b"support"), ("llama-base", None, b"llama-base"), ("llama-base", "support", b"support")],
+)
+def test_stream_names_the_inference_component(runtime, default, adapter, sent):
+    emulator = install(runtime, ONE_TOKEN)
+    client = EndpointClient.sagemaker("lora", client=runtime, inference_component=default)
+    assert [e.text for e in client.stream({"inputs": "hi"}, adapter=adapter)] == ["네"]
+    (request,) = emulator.requests
+    assert request.headers["X-Amzn-SageMaker-Inference-Component"] == sent
+    assert request.url == "http://127.0.0.1:9/endpoints/lora/invocations-response-stream"
+
+
+def test_stream_without_a_component_sends_none(runtime):
+    emulator = install(runtime, ONE_TOKEN)
+    list(EndpointClient.sagemaker("ep", client=runtime).stream({"inputs": "hi"}))
+    assert "X-Amzn-SageMaker-Inference-Component" not in emulator.requests[0].headers
+
+
+def test_invoke_an_adapter_component(runtime):
+    with Stubber(runtime) as stub:
+        stub.add_response(
+            "invoke_endpoint",
+            {"Body": io.BytesIO(b'[{"generated_text": "ok"}]'), "ContentType": "application/json"},
+            {
+                "EndpointName": "lora",
+                "Body": json.dumps({"inputs": "hi"}).encode(),
+                "ContentType": "application/json",
+                "Accept": "application/json",
+                "InferenceComponentName": "support",
+            },
+        )
+        client = EndpointClient.sagemaker("lora", client=runtime, inference_component="llama-base")
+        assert client.invoke({"inputs": "hi"}, adapter="support") == [{"generated_text": "ok"}]
+
+
+def test_an_adapter_the_container_does_not_know_is_its_404(runtime):
+    with Stubber(runtime) as stub:
+        model_error(stub, 404, {"error": "adapter 'support' is not registered", "type": "adapter_not_found"})
+        with pytest.raises(EndpointError) as info:
+            EndpointClient.sagemaker("lora", client=runtime).invoke({"inputs": "hi"}, adapter="support")
+    assert (info.value.status_code, info.value.error_type) == (404, "adapter_not_found")
+
+
+def test_target_model_and_adapter_together_are_refused(runtime):
+    client = EndpointClient.sagemaker("ep", client=runtime)
+    with pytest.raises(EndpointError, match="not both"):
+        client.invoke({"inputs": "x"}, target_model="m.tar.gz", adapter="a")

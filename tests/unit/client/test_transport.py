@@ -8,7 +8,9 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from llm_byoc.api.adapters import ADAPTER_HEADER as SERVER_ADAPTER_HEADER
 from llm_byoc.client import EndpointClient, EndpointError, StreamError
+from llm_byoc.client.transport import ADAPTER_HEADER
 
 SSE = (
     'data: {"index": 0, "token": {"id": 7, "text": "안녕", "logprob": -0.1, "special": false}, "generated_text": null, "details": null}\n\n'
@@ -115,6 +117,28 @@ def test_target_model_uses_the_multi_model_route(container_url):
     (request,) = FakeContainer.seen
     assert request["path"] == "/models/team%20a%2Fm.tar.gz/invoke"
     assert request["headers"]["X-Amzn-SageMaker-Target-Model"] == "team a/m.tar.gz"
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_an_adapter_is_named_in_the_header_sagemaker_sends(container_url, streamed):
+    client = EndpointClient.local(container_url)
+    if streamed:
+        assert [e.text for e in client.stream({"inputs": "hi"}, adapter="support")] == ["안녕", "🙂"]
+    else:
+        client.invoke({"inputs": "hi"}, adapter="support")
+    (request,) = FakeContainer.seen
+    assert request["path"] == "/invocations"
+    assert request["headers"]["X-Amzn-SageMaker-Adapter-Identifier"] == "support"
+    assert "X-Amzn-SageMaker-Target-Model" not in request["headers"]
+
+
+def test_the_adapter_header_is_the_one_the_server_reads():
+    assert ADAPTER_HEADER == SERVER_ADAPTER_HEADER
+
+
+def test_no_adapter_no_header(container_url):
+    EndpointClient.local(container_url).invoke({"inputs": "hi"})
+    assert "X-Amzn-SageMaker-Adapter-Identifier" not in FakeContainer.seen[0]["headers"]
 
 
 def test_http_error_keeps_status_and_type(container_url):
