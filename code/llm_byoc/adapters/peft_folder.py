@@ -153,6 +153,16 @@ def check_tensors(shapes: dict[str, list[int]], rank: int, base: BaseShapes) -> 
     return [m for m in LORA_MODULES if m in targets]
 
 
+def weights_file(folder: Path) -> Path:
+    """The folder's safetensors weights; InvalidRequest (naming what is there instead) if absent."""
+    weights = folder / WEIGHTS_FILE
+    if not weights.is_file():
+        other = sorted(p.name for p in folder.glob("adapter_model.*"))
+        found = f" (found {', '.join(other)}; save with safe_serialization=True)" if other else ""
+        raise InvalidRequest(f"{folder.name!r} has no {WEIGHTS_FILE}{found}: only safetensors weights are loaded")
+    return weights
+
+
 def check_adapter(name: str, src: str, uid: str, roots: tuple[str, ...], max_rank: int,
                   base: BaseShapes | None) -> AdapterSpec:
     """Everything about a registration except the weights' values; InvalidRequest if anything is off."""
@@ -163,11 +173,7 @@ def check_adapter(name: str, src: str, uid: str, roots: tuple[str, ...], max_ran
                              "(supported: llama, mistral, qwen2 layouts)")
     folder = resolve_source(src, roots)
     rank, scaling = read_config(folder, max_rank)
-    weights = folder / WEIGHTS_FILE
-    if not weights.is_file():
-        other = sorted(p.name for p in folder.glob("adapter_model.*"))
-        found = f" (found {', '.join(other)}: only safetensors weights are loaded)" if other else ""
-        raise InvalidRequest(f"{folder.name!r} has no {WEIGHTS_FILE}{found}")
+    weights = weights_file(folder)
     targets = check_tensors(read_header(weights), rank, base)
     return AdapterSpec(name=name, uid=uid, path=str(folder), rank=rank, scaling=scaling,
                        target_modules=targets, weight_bytes=weights.stat().st_size)

@@ -26,7 +26,7 @@ from .schemas import opt_bool, reject_unknown, require_object
 
 ADAPTER_HEADER = "X-Amzn-SageMaker-Adapter-Identifier"
 ADAPTER_ALIAS_HEADER = "X-Amzn-SageMaker-Adapter-Alias"
-REGISTER_FIELDS = ("name", "src", "preload")
+REGISTER_FIELDS = ("name", "src", "preload", "pin")  # "pin" (in SageMaker's standard) is accepted; adapters in use are never evicted anyway
 
 
 def chosen_adapter(headers: Any, body_adapter: str | None, model: str | None, base_names: set[str]) -> str | None:
@@ -52,6 +52,7 @@ def register_adapter_routes(app: Flask, engine: Any, max_payload_bytes: int) -> 
         if not isinstance(name, str) or not isinstance(src, str):
             raise InvalidRequest('the body must give "name" and "src" as strings')
         preload = opt_bool(body, "preload")
+        opt_bool(body, "pin")
         statuses = engine.register_adapter(name, src, preload=True if preload is None else preload)
         return jsonify(adapter=_status_json(statuses[0]))
 

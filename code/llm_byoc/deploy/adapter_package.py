@@ -19,7 +19,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..adapters.peft_folder import CONFIG_FILE, LORA_MODULES, TENSOR_KEY, WEIGHTS_FILE, BaseShapes, check_tensors
+from ..adapters.peft_folder import (
+    CONFIG_FILE,
+    LORA_MODULES,
+    TENSOR_KEY,
+    WEIGHTS_FILE,
+    BaseShapes,
+    check_tensors,
+    weights_file,
+)
 from ..adapters.peft_folder import read_config, read_header
 from ..errors import InvalidRequest
 from . import package
@@ -44,11 +52,7 @@ def check_folder(folder: Path, max_rank: int) -> CheckedAdapter:
         raise DeployError(f"adapter path {folder} is not a folder (pass the folder save_pretrained wrote)")
     try:
         rank, _ = read_config(folder, max_rank)
-        weights = folder / WEIGHTS_FILE
-        if not weights.is_file():
-            other = sorted(p.name for p in folder.glob("adapter_model.*"))
-            found = f" (found {', '.join(other)}; save with safe_serialization=True)" if other else ""
-            raise InvalidRequest(f"it has no {WEIGHTS_FILE}{found}: the container loads safetensors only")
+        weights = weights_file(folder)
         shapes = read_header(weights)
         targets = check_tensors(shapes, rank, _shapes_it_implies(shapes))
     except InvalidRequest as exc:
