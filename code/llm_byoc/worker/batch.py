@@ -1,15 +1,17 @@
 """The tensors of one step: every scheduled token flattened into one row list.
 
-Rows are ordered decode-first: single-token chunks sorted by context length
-(so that each decode group is a run of rows), then the multi-token (prefill)
-chunks, each a contiguous run of rows. All layers of the model reuse what is
+Rows are ordered decode-first: single-token chunks by context-length bucket
+(so that each decode group is a run of rows) and, within a bucket, by LoRA
+slot (so that a LoRA layer can read each adapter's rows as a plain view), then
+the multi-token (prefill) chunks, each a contiguous run of rows. All layers of the model reuse what is
 built here once per step: the slot each row's keys and values are written to,
 and the slots each attention call gathers.
 
 A slot is ``block * block_size + offset`` in the paged cache (worker/kv_cache.py).
 Decode rows of very different context lengths are split into groups, so that a
 few long contexts do not make every short one gather (and attend over) their
-length.
+length: contexts up to ``DECODE_SPLIT_MIN`` tokens form one group, longer ones
+one group per power of two.
 """
 
 from __future__ import annotations
@@ -21,9 +23,6 @@ import torch
 from ..protocol import ScheduledChunk
 from .kv_cache import NULL_SLOT
 
-# A decode group is split where a context is more than this many times the
-# group's shortest, once contexts are past DECODE_SPLIT_MIN tokens.
-DECODE_SPLIT_RATIO = 2
 DECODE_SPLIT_MIN = 256
 
 
@@ -60,9 +59,18 @@ class StepInputs:
     sample_seq_ids: list[str]  # sequence of each sample row, same order
 
 
-def order_chunks(chunks: list[ScheduledChunk]) -> list[ScheduledChunk]:
-    """Decode-like chunks (one token) first, shortest context first; then longer chunks in given order."""
-    singles = sorted((c for c in chunks if len(c.token_ids) == 1), key=lambda c: c.start_pos)
+def length_bucket(kv_len: int) -> int:
+    """Decode rows of one bucket attend in one call: all up to DECODE_SPLIT_MIN, then powers of two."""
+    return 0 if kv_len <= DECODE_SPLIT_MIN else (kv_len - 1).bit_length()
+
+
+def order_chunks(chunks: list[ScheduledChunk], lora_slot=None) -> list[ScheduledChunk]:
+    """Decode-like chunks (one token) first, by length bucket, then ``lora_slot(seq_id)``, then length;
+    then longer chunks in given order."""
+    def key(c: ScheduledChunk):
+        return length_bucket(c.start_pos + 1), lora_slot(c.seq_id) if lora_slot else 0, c.start_pos
+
+    singles = sorted((c for c in chunks if len(c.token_ids) == 1), key=key)
     return singles + [c for c in chunks if len(c.token_ids) > 1]
 
 
@@ -123,27 +131,22 @@ def _prefill_span(row: int, chunk: ScheduledChunk, table: list[int], block_size:
 def _decode_groups(
     singles: list[ScheduledChunk], tables: dict[str, list[int]], block_size: int, device: torch.device
 ) -> list[DecodeGroup]:
+    """One group per run of rows in the same length bucket (``order_chunks`` made them runs)."""
     groups: list[DecodeGroup] = []
     lo = 0
     for hi in range(1, len(singles) + 1):
-        shortest = singles[lo].start_pos + 1
-        at_end = hi == len(singles)
-        if at_end or _splits(shortest, singles[hi].start_pos + 1):
+        if hi == len(singles) or length_bucket(singles[hi].start_pos + 1) != length_bucket(singles[lo].start_pos + 1):
             groups.append(_decode_group(lo, hi, singles[lo:hi], tables, block_size, device))
             lo = hi
     return groups
 
 
-def _splits(shortest: int, length: int) -> bool:
-    return length > DECODE_SPLIT_MIN and length > DECODE_SPLIT_RATIO * shortest
-
-
 def _decode_group(lo, hi, chunks, tables, block_size, device) -> DecodeGroup:
-    lengths = [c.start_pos + 1 for c in chunks]  # ascending
-    kv_len = lengths[-1]
+    lengths = [c.start_pos + 1 for c in chunks]
+    kv_len = max(lengths)
     slots = _slots([tables[c.seq_id] for c in chunks], kv_len, block_size, device)  # [B, L]
     mask = None
-    if lengths[0] != kv_len:
+    if min(lengths) != kv_len:
         valid = torch.arange(kv_len, device=device)[None, :] < torch.tensor(lengths, device=device)[:, None]
         slots = torch.where(valid, slots, NULL_SLOT)  # past a row's context: zeros, never stale data
         mask = valid[:, None, None, :]

@@ -18,9 +18,9 @@ is block-diagonal, so one pair of matmuls covers the fused output. Scaling
 ``LLM_BYOC_MAX_CPU_LORAS``); ``LoRASlots`` holds the ``LLM_BYOC_MAX_LORAS``
 adapters one step may use, stacked: ``A[point]: [S, in, m*R]``,
 ``B[point]: [S, m*R, out]`` per layer, with R the largest rank loaded so far.
-Decode rows are grouped by slot into one batched matmul pair per point
-(``torch.bmm`` over the slots, gathered there and back); each prompt chunk
-with an adapter (many rows, one adapter) gets its own matmul pair.
+Rows are grouped by slot into one batched matmul pair per point
+(``torch.bmm`` over the slots, gathered there and back); a long prompt chunk
+(many rows, one adapter) gets its own matmul pair.
 """
 
 from __future__ import annotations
@@ -163,30 +163,41 @@ class LoRASlots:
         return sum(t.numel() * t.element_size() for layer in self.a + self.b for t in layer.values())
 
 
+# A prompt chunk with more rows than this gets its own matmul pair instead of a place in the
+# slot layout (every slot of the layout is padded to the fullest one).
+LONG_SPAN = 64
+
+
 @dataclass(frozen=True)
 class LoRABatch:
     """Which rows of a step use which slot, built once per step.
 
-    Decode rows (rows 0..D-1 of the step) are laid out by slot, ``[S', m]``: a
-    gather takes them there (``rows``; padding takes row 0, masked to zero) and
-    another brings the products back in row order (``back``; a row of the base
-    model takes a padding place, whose product is zero). Both are plain
-    gathers: scatter-adds are slow on CPU.
+    Rows that use an adapter are laid out by slot, ``[S', m]``: a gather takes
+    them there (``rows``; padding takes row 0, masked to zero) and another
+    brings the products back in row order (``back``, one entry per row of the
+    step; a row of the base model, or of a long span, takes a padding place,
+    whose product is zero). Both are plain gathers: scatter-adds are slow on
+    CPU. A long prompt chunk (``spans``) gets its own matmul pair.
     """
 
-    rows: torch.Tensor | None  # [S' * m] the decode row at each place of the layout
+    rows: torch.Tensor | None  # [S' * m] the row at each place of the layout
     mask: torch.Tensor | None  # [S', m, 1]: 1 for real rows, 0 for padding
-    back: torch.Tensor | None  # [D] each decode row's place in the layout
+    back: torch.Tensor | None  # [T] each row's place in the layout
     num_slots: int  # S': slots 0..S'-1 are read
-    spans: list[tuple[int, int, int]] = field(default_factory=list)  # prompt chunks: (row, row end, slot)
+    spans: list[tuple[int, int, int]] = field(default_factory=list)  # long prompt chunks: (row, row end, slot)
+    # Rows 0..S'*m-1 already are the layout (each slot's m rows in a run, in slot order): no gathers.
+    in_place: bool = False
+    width: int = 0  # m
 
 
-def build_lora_batch(decode_slots: list[int], spans: list[tuple[int, int, int]], dtype, device) -> LoRABatch | None:
-    """``decode_slots[i]``: the slot of decode row i (-1: the base model); None when no row uses one."""
-    spans = [s for s in spans if s[2] >= 0]
+def build_lora_batch(row_slots: list[int], chunks: list[tuple[int, int, int]], dtype, device) -> LoRABatch | None:
+    """``row_slots[r]``: the slot of row r (-1: the base model); ``chunks``: the step's prompt chunks
+    as (row, row end, slot). None when no row uses an adapter."""
+    spans = [c for c in chunks if c[2] >= 0 and c[1] - c[0] > LONG_SPAN]
+    in_spans = {r for lo, hi, _ in spans for r in range(lo, hi)}
     by_slot: dict[int, list[int]] = {}
-    for row, slot in enumerate(decode_slots):
-        if slot >= 0:
+    for row, slot in enumerate(row_slots):
+        if slot >= 0 and row not in in_spans:
             by_slot.setdefault(slot, []).append(row)
     if not by_slot and not spans:
         return None
@@ -194,11 +205,14 @@ def build_lora_batch(decode_slots: list[int], spans: list[tuple[int, int, int]],
         return LoRABatch(None, None, None, 0, spans)
     num_slots = max(by_slot) + 1
     width = max(len(rows) for rows in by_slot.values())
-    if -1 in decode_slots and all(len(by_slot.get(s, ())) == width for s in range(num_slots)):
-        width += 1  # base rows need a padding place to read zeros from
+    laid_out = sum(len(rows) for rows in by_slot.values())
+    if all(by_slot.get(s) == list(range(s * width, (s + 1) * width)) for s in range(num_slots)):
+        return LoRABatch(None, None, None, num_slots, spans, in_place=True, width=width)
+    if laid_out < len(row_slots) and all(len(by_slot.get(s, ())) == width for s in range(num_slots)):
+        width += 1  # the other rows need a padding place to read zeros from
     rows = torch.zeros(num_slots, width, dtype=torch.long)
     mask = torch.zeros(num_slots, width, 1, dtype=dtype)
-    back = torch.empty(len(decode_slots), dtype=torch.long)
+    back = torch.empty(len(row_slots), dtype=torch.long)
     padding = None
     for slot in range(num_slots):
         slot_rows = by_slot.get(slot, [])
@@ -207,9 +221,9 @@ def build_lora_batch(decode_slots: list[int], spans: list[tuple[int, int, int]],
         back[slot_rows] = slot * width + torch.arange(len(slot_rows))
         if padding is None and len(slot_rows) < width:
             padding = slot * width + len(slot_rows)
-    base_rows = [row for row, slot in enumerate(decode_slots) if slot < 0]
-    if base_rows:
-        back[base_rows] = padding
+    others = [row for row in range(len(row_slots)) if row_slots[row] < 0 or row in in_spans]
+    if others:
+        back[others] = padding
     return LoRABatch(rows.view(-1).to(device), mask.to(device), back.to(device), num_slots, spans)
 
 
@@ -227,10 +241,14 @@ class LoRAStep:
 def add_lora(y: torch.Tensor, x: torch.Tensor, slots: LoRASlots, layer: int, point: str, batch: LoRABatch) -> None:
     """y [T, out] += the low-rank products of the rows that use an adapter (x [T, in])."""
     a, b = slots.a[layer][point], slots.b[layer][point]  # [S, in, m*R], [S, m*R, out]
-    if batch.rows is not None:
-        n, decode_rows = batch.num_slots, batch.back.shape[0]
+    n = batch.num_slots
+    if batch.in_place:  # rows 0..n*m-1 are the layout already
+        rows = n * batch.width
+        xs = x[:rows].view(n, batch.width, x.shape[1])  # [S', m, in]
+        y[:rows] += torch.bmm(torch.bmm(xs, a[:n]), b[:n]).view(rows, y.shape[1])
+    elif batch.rows is not None:
         xs = x.index_select(0, batch.rows).view(n, -1, x.shape[1]) * batch.mask  # [S', m, in]
         delta = torch.bmm(torch.bmm(xs, a[:n]), b[:n])  # [S', m, out]
-        y[:decode_rows] += delta.view(-1, y.shape[1]).index_select(0, batch.back)
+        y += delta.view(-1, y.shape[1]).index_select(0, batch.back)  # [T, out]
     for lo, hi, slot in batch.spans:
         y[lo:hi] += (x[lo:hi] @ a[slot]) @ b[slot]

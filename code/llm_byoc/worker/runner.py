@@ -180,7 +180,7 @@ class ModelRunner:
     # --- the forward ----------------------------------------------------------------------
 
     def _compute(self, chunks: list[ScheduledChunk]) -> list:
-        ordered = order_chunks(chunks)
+        ordered = order_chunks(chunks, self._lora_slot)
         tables = {c.seq_id: self._seqs[c.seq_id].blocks for c in ordered}
         inputs = build_step_inputs(ordered, tables, self.block_size, self.device)
         lora = self._lora_step(ordered, inputs)
@@ -195,18 +195,22 @@ class ModelRunner:
             states = {seq_id: self._seqs[seq_id].sampling for seq_id in inputs.sample_seq_ids}
             return sample(logits, inputs.sample_seq_ids, states)
 
+    def _lora_slot(self, seq_id: str) -> int:
+        """The LoRA slot a sequence's rows use; -1: the base model."""
+        uid = self._seqs[seq_id].adapter
+        found = self.lora_slots.slot_of(uid) if uid else None
+        return -1 if found is None else found
+
     def _lora_step(self, ordered: list[ScheduledChunk], inputs) -> LoRAStep | None:
         """Which rows use which LoRA slot (None: the fast path, no adapter in this step)."""
-        def slot(seq_id: str) -> int:
-            uid = self._seqs[seq_id].adapter
-            found = self.lora_slots.slot_of(uid) if uid else None
-            return -1 if found is None else found
-
-        singles = [c for c in ordered if len(c.token_ids) == 1]
-        decode_slots = [slot(c.seq_id) for c in singles]
-        spans = [(span.row, span.row + span.length, slot(c.seq_id))
-                 for span, c in zip(inputs.prefills, ordered[len(singles):])]
-        batch = build_lora_batch(decode_slots, spans, self.cache.k[0].dtype, self.device)
+        row_slots: list[int] = []
+        chunks: list[tuple[int, int, int]] = []
+        for chunk in ordered:  # rows in the order build_step_inputs laid them out
+            chunk_slot, row = self._lora_slot(chunk.seq_id), len(row_slots)
+            row_slots.extend([chunk_slot] * len(chunk.token_ids))
+            if len(chunk.token_ids) > 1:
+                chunks.append((row, len(row_slots), chunk_slot))
+        batch = build_lora_batch(row_slots, chunks, self.cache.k[0].dtype, self.device)
         return None if batch is None else LoRAStep(self.lora_slots, batch)
 
 

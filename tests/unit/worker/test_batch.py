@@ -59,3 +59,15 @@ def test_very_different_contexts_decode_in_separate_groups():
                            ScheduledChunk("s1", [5], 2, True), ScheduledChunk("s2", [6], 3, True)])
     groups = build_step_inputs(chunks, tables, BS, CPU).decode_groups
     assert [(g.row_lo, g.row_hi, g.kv_len) for g in groups] == [(0, 2, 4), (2, 3, long)]
+
+
+def test_within_a_length_bucket_rows_follow_their_lora_slot():
+    chunks = [ScheduledChunk("a", [1], 9, True), ScheduledChunk("b", [2], 3, True), ScheduledChunk("c", [3], 5, True),
+              ScheduledChunk("far", [4], DECODE_SPLIT_MIN + 10, True)]
+    slots = {"a": 0, "b": 1, "c": 0, "far": 0}
+    ordered = order_chunks(chunks, slots.get)
+    assert [c.seq_id for c in ordered] == ["c", "a", "b", "far"]
+    tables = {"a": [1, 2, 3], "b": [4], "c": [5, 6], "far": list(range(7, 7 + (DECODE_SPLIT_MIN + 11) // BS + 1))}
+    groups = build_step_inputs(ordered, tables, BS, CPU).decode_groups
+    assert [(g.row_lo, g.row_hi, g.kv_len) for g in groups] == [(0, 3, 10), (3, 4, DECODE_SPLIT_MIN + 11)]
+    assert groups[0].mask[:, 0, 0].sum(-1).tolist() == [6, 10, 4]  # each row its own context

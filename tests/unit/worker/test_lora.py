@@ -92,13 +92,13 @@ def test_grouped_lora_rows_equal_a_row_by_row_loop(runner, adapters):
     weights = {name: load_adapter(spec, base, torch.float32) for name, spec in adapters.items()}
     for slot, name in enumerate(["all4", "attn8", "mlp16"]):
         slots.activate(slot, weights[name])
-    decode_slots = [2, -1, 0, 0, 1, 2, -1]
-    spans = [(7, 12, 1), (12, 15, -1), (15, 20, 0)]
-    batch = build_lora_batch(decode_slots, spans, torch.float32, torch.device("cpu"))
-    row_slot = decode_slots + [1] * 5 + [-1] * 3 + [0] * 5
+    row_slot = [2, -1, 0, 0, 1, 2, -1] + [1] * 5 + [-1] * 3 + [0] * 5 + [2] * 70
+    chunks = [(7, 12, 1), (12, 15, -1), (15, 20, 0), (20, 90, 2)]  # the last is a long span
+    batch = build_lora_batch(row_slot, chunks, torch.float32, torch.device("cpu"))
+    assert batch.spans == [(20, 90, 2)]
     for point, (features_in, _) in {"qkv": base.modules["q_proj"], "down": base.modules["down_proj"]}.items():
         out = sum(base.modules[m][1] for m in {"qkv": ("q_proj", "k_proj", "v_proj"), "down": ("down_proj",)}[point])
-        x, y = torch.randn(20, features_in), torch.randn(20, out)
+        x, y = torch.randn(90, features_in), torch.randn(90, out)
         expected = y.clone()
         for row, slot in enumerate(row_slot):
             if slot >= 0:
@@ -108,9 +108,25 @@ def test_grouped_lora_rows_equal_a_row_by_row_loop(runner, adapters):
 
 
 def test_no_adapter_rows_means_no_lora_work():
-    assert build_lora_batch([-1, -1], [(2, 5, -1)], torch.float32, torch.device("cpu")) is None
-    only_prefill = build_lora_batch([-1], [(1, 4, 0)], torch.float32, torch.device("cpu"))
-    assert isinstance(only_prefill, LoRABatch) and only_prefill.rows is None and only_prefill.spans == [(1, 4, 0)]
+    assert build_lora_batch([-1, -1, -1, -1, -1], [(2, 5, -1)], torch.float32, torch.device("cpu")) is None
+    long_only = build_lora_batch([0] * 70, [(0, 70, 0)], torch.float32, torch.device("cpu"))
+    assert isinstance(long_only, LoRABatch) and long_only.rows is None and long_only.spans == [(0, 70, 0)]
+
+
+def test_rows_already_laid_out_by_slot_need_no_gathers(runner, adapters):
+    base = base_shapes(runner)
+    slots = LoRASlots(base, 2, torch.float32, torch.device("cpu"))
+    slots.activate(0, load_adapter(adapters["all4"], base, torch.float32))
+    slots.activate(1, load_adapter(adapters["attn8"], base, torch.float32))
+    batch = build_lora_batch([0, 0, 1, 1, -1], [], torch.float32, torch.device("cpu"))
+    assert batch.in_place and batch.width == 2 and batch.rows is None
+    features_in, _ = base.modules["q_proj"]
+    x, y = torch.randn(5, features_in), torch.randn(5, slots.b[0]["qkv"].shape[-1])
+    expected = y.clone()
+    for row, slot in enumerate([0, 0, 1, 1]):
+        expected[row] += (x[row] @ slots.a[0]["qkv"][slot]) @ slots.b[0]["qkv"][slot]
+    add_lora(y, x, slots, 0, "qkv", batch)
+    torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_base_rows_read_a_zero_padding_place():
