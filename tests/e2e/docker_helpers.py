@@ -37,13 +37,13 @@ def docker_reachable() -> str | None:
     return None if result.returncode == 0 else f"no Docker engine reachable: {result.stderr.strip()[:300]}"
 
 
-def build_image() -> str:
-    """`docker build` the repository as IMAGE (layers cached by the engine); the tag."""
+def build_image(tag: str = IMAGE, *build_args: str) -> str:
+    """`docker build` the repository as ``tag`` (layers cached by the engine); the tag."""
     result = subprocess.run(
-        ["docker", "build", "-t", IMAGE, str(REPO)], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S
+        ["docker", "build", *build_args, "-t", tag, str(REPO)], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return IMAGE
+    return tag
 
 
 def make_readable(folder: Path) -> Path:
