@@ -3,8 +3,10 @@
 #
 #   CPU (default):  docker build -t llm-byoc .
 #   Lean CPU torch: docker build --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu -t llm-byoc .
-#   GPU (ml.g5):    docker build --build-arg BASE_IMAGE=<a CUDA 12 image with Python 3.11 and pip> \
-#                     --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128 -t llm-byoc:gpu .
+#   GPU (ml.g5):    docker build --build-arg DEVICE=cuda -t llm-byoc:gpu .
+#     python:3.11-slim + PyPI's torch wheel, which is the CUDA build on Linux x86_64 and brings
+#     the CUDA runtime libraries (nvidia-* wheels); the driver comes from the host at run time
+#     (NVIDIA container toolkit: docker run --gpus all, Kubernetes nvidia.com/gpu).
 #
 # The model is not baked in: SageMaker (or `docker run -v DIR:/opt/ml/model`)
 # puts it in /opt/ml/model.
@@ -14,6 +16,11 @@ FROM ${BASE_IMAGE}
 ARG TORCH_VERSION=2.13.0
 # Empty: the default package index. Set it to pick a torch build (CPU-only, a CUDA version).
 ARG TORCH_INDEX_URL=
+# cuda: the GPU image. torch comes from TORCH_INDEX_URL (default PyPI) alone, never from a local
+# wheel folder (PIP_FIND_LINKS: a 2.13.0+cpu wheel there would win over PyPI's 2.13.0), the build
+# fails if that torch has no CUDA, and the image defaults to LLM_BYOC_DEVICE=cuda, so a container
+# that sees no GPU fails with the reason instead of serving on the CPU.
+ARG DEVICE=auto
 
 LABEL com.amazonaws.sagemaker.capabilities.accept-bind-to-port=true \
       com.amazonaws.sagemaker.capabilities.multi-models=true \
@@ -27,7 +34,12 @@ ENV PYTHONUNBUFFERED=1 \
     LLM_BYOC_MODEL=/opt/ml/model
 
 # torch first, on its own layer: the largest dependency, and the one a GPU build swaps.
-RUN pip install --no-cache-dir ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==${TORCH_VERSION}"
+RUN if [ "$DEVICE" = cuda ]; then \
+      PIP_FIND_LINKS= pip install --no-cache-dir --index-url "${TORCH_INDEX_URL:-https://pypi.org/simple}" "torch==${TORCH_VERSION}" \
+      && python -c "import sys, torch; sys.exit(None if torch.version.cuda else f'DEVICE=cuda, but torch {torch.__version__} has no CUDA: set TORCH_INDEX_URL to a CUDA wheel index')"; \
+    else \
+      pip install --no-cache-dir ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==${TORCH_VERSION}"; \
+    fi
 
 # The package alone (no dev/test extras), from a throwaway copy of the source.
 COPY pyproject.toml /tmp/llm-byoc/pyproject.toml
@@ -51,6 +63,10 @@ RUN if [ "$TRITON" != none ]; then pip install --no-cache-dir "tritonclient[grpc
            || { apt-get update && apt-get install -y --no-install-recommends "libpython$v" \
                 && rm -rf /var/lib/apt/lists/*; }; }; \
     fi
+# NVIDIA_DRIVER_CAPABILITIES is read by the NVIDIA container toolkit only (CUDA + nvidia-smi;
+# unset it would mount only "utility"); ignored where no GPU is attached.
+ENV LLM_BYOC_DEVICE=${DEVICE} \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility
 
 COPY container/serve /usr/local/bin/serve
 RUN chmod 0755 /usr/local/bin/serve && mkdir -p /opt/ml/model

@@ -4,16 +4,18 @@
 #
 #   deploy/build_and_push.sh                      # CPU image, tag "cpu"
 #   deploy/build_and_push.sh --gpu                # CUDA image for ml.g5 / ml.g6, tag "gpu"
+#                                                 # (CUDA 13.0: the host's NVIDIA driver must be >= 580)
 #   deploy/build_and_push.sh --gpu --dry-run      # print the commands, run none
 #
 # Options:
-#   --gpu                  CUDA base image + CUDA torch wheels
+#   --gpu                  the GPU image: DEVICE=cuda, python:3.11-slim + PyPI's CUDA torch wheel
 #   --repository NAME      ECR repository (default: llm-byoc)
 #   --tag TAG              image tag (default: cpu or gpu)
 #   --region REGION        AWS region (default: AWS_REGION, AWS_DEFAULT_REGION, then the aws cli config)
-#   --base-image IMAGE     override BASE_IMAGE (GPU default: pytorch/pytorch:2.7.0-cuda12.8-cudnn9-runtime)
+#   --base-image IMAGE     override BASE_IMAGE (default: the Dockerfile's, python:3.11-slim)
 #   --torch-version VER    override TORCH_VERSION (default: the Dockerfile's)
-#   --torch-index-url URL  override TORCH_INDEX_URL (default: PyTorch's cpu or cu128 wheel index)
+#   --torch-index-url URL  override TORCH_INDEX_URL (CPU default: PyTorch's cpu wheel index; GPU default:
+#                          PyPI, whose Linux wheel is the CUDA 13.0 build; .../whl/cu126 for older drivers)
 #   --no-push              build and tag only
 #   --dry-run              print every command instead of running it
 #
@@ -23,14 +25,12 @@
 #   IMAGE=$(deploy/build_and_push.sh --gpu)
 set -euo pipefail
 
-GPU_BASE_IMAGE_DEFAULT="pytorch/pytorch:2.7.0-cuda12.8-cudnn9-runtime"  # Python 3.11, sets NVIDIA_DRIVER_CAPABILITIES
-GPU_TORCH_INDEX_DEFAULT="https://download.pytorch.org/whl/cu128"
 CPU_TORCH_INDEX_DEFAULT="https://download.pytorch.org/whl/cpu"      # no CUDA libraries: a much smaller image
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 gpu=0 repository="llm-byoc" tag="" region="" base_image="" torch_version="" torch_index="" push=1 dry_run=0
 
-usage() { sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 die() { echo "error: $*" >&2; exit 1; }
 need_value() { [[ $# -ge 2 && -n "$2" ]] || die "$1 needs a value"; }
 
@@ -53,7 +53,7 @@ done
 
 [[ "$repository" =~ ^[a-z0-9]+([._/-][a-z0-9]+)*$ ]] || die "invalid ECR repository name: $repository"
 if [[ $gpu -eq 1 ]]; then
-  tag="${tag:-gpu}" base_image="${base_image:-$GPU_BASE_IMAGE_DEFAULT}" torch_index="${torch_index:-$GPU_TORCH_INDEX_DEFAULT}"
+  tag="${tag:-gpu}"  # the Dockerfile's DEVICE=cuda defaults: PyPI's CUDA torch, checked at build
 else
   tag="${tag:-cpu}" torch_index="${torch_index:-$CPU_TORCH_INDEX_DEFAULT}"
 fi
@@ -84,7 +84,9 @@ else
 fi
 
 local_image="llm-byoc:${tag}"
-build_args=(--build-arg "TORCH_INDEX_URL=${torch_index}")
+build_args=()
+[[ $gpu -eq 1 ]] && build_args+=(--build-arg "DEVICE=cuda")
+[[ -n "$torch_index" ]] && build_args+=(--build-arg "TORCH_INDEX_URL=${torch_index}")
 [[ -n "$base_image" ]] && build_args+=(--build-arg "BASE_IMAGE=${base_image}")
 [[ -n "$torch_version" ]] && build_args+=(--build-arg "TORCH_VERSION=${torch_version}")
 

@@ -32,6 +32,8 @@ from prometheus_client import (
     values,
 )
 
+from .gateway_metrics import GatewayGauges
+
 log = logging.getLogger(__name__)
 
 # Read by prometheus_client itself; named here for the gunicorn config and docs.
@@ -91,6 +93,7 @@ class ServingMetrics:
         self.cache_misses = Counter(f"{PREFIX}_model_cache_misses", "Multi-model: requests that had to load their model", registry=r)
         self.cache_evictions = Counter(f"{PREFIX}_model_cache_evictions", "Multi-model: models unloaded to make room", registry=r)
         self.models_loaded = Gauge(f"{PREFIX}_models_loaded", "Multi-model: models in memory", registry=r, multiprocess_mode="mostrecent")
+        self.gateway = GatewayGauges(r)  # vllm:* names of the queue and KV cache gauges, for Kubernetes gateways
 
     def observe_request(self, route: str, status: int | str, seconds: float) -> None:
         self.requests.labels(route=route, status=str(status)).inc()
@@ -254,8 +257,9 @@ def engine_refresher(engine, metrics: ServingMetrics | None = None) -> Callable[
     """A ``refresh`` for ``register_metrics_route`` that reads ``engine.health()``.
 
     Sets the queue gauges, the KV cache's use (by tokens) and blocks, the
-    prefix cache's counts and, once the model is loaded, observes its load
-    time once per process.
+    prefix cache's counts and, once the model is loaded, their ``vllm:*``
+    copies for gateways (``gateway_metrics``) and its load time, once per
+    process.
     """
     load_seen = threading.Event()
 
@@ -277,9 +281,10 @@ def engine_refresher(engine, metrics: ServingMetrics | None = None) -> Callable[
         info = health.info
         if info is None:
             return
+        name = os.path.basename(info.model_path.rstrip("/")) or info.model_path
+        m.gateway.update(name, health.num_waiting, health.num_running, kv)
         if not load_seen.is_set():
             load_seen.set()
-            name = os.path.basename(info.model_path.rstrip("/")) or info.model_path
             m.model_load.labels(model=name).observe(info.load_time_s)
 
     return refresh

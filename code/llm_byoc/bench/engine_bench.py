@@ -1,10 +1,12 @@
 """Engine benchmark: continuous batching vs. the two baselines, one model, one run.
 
     python -m llm_byoc.bench.engine_bench [--num-requests 32] [--concurrency 16]
-        [--max-new-tokens 64] [--threads N] [--dtype float32|bfloat16]
+        [--max-new-tokens 64] [--threads N] [--dtype float32|bfloat16|float16] [--device cpu|cuda]
         [--linear-backend auto|onednn|aten] [--no-prefix-caching] [--skip-baselines] [--json OUT]
 
-SmolLM2-135M on CPU, fp32 by default (``--dtype bfloat16`` for both sides).
+SmolLM2-135M on CPU, fp32 by default (``--dtype bfloat16`` for both sides);
+``--device cuda --dtype bfloat16 --skip-baselines`` runs the engine on a GPU
+(local_test/check_gpu_image.sh does, inside the GPU image).
 ``concurrency`` closed-loop client threads each submit their next request
 when the previous one finished, through ``LLMEngine`` (in-process core +
 worker process); greedy, ``ignore_eos``, so every request makes exactly
@@ -116,11 +118,11 @@ def result_line(name: str, tokens_per_s: float, ttft: list[float], e2e: list[flo
             f"{itl_text} {ms(e2e, 'p50'):>6}/{ms(e2e, 'p99'):<6}")
 
 
-def start_engine(model_dir: str, **settings):
+def start_engine(model_dir: str, device: str = "cpu", **settings):
     """An in-process engine on ``model_dir`` (EngineConfig ``settings``), loaded and warmed up."""
     from ..engine.llm_engine import LLMEngine
 
-    engine = LLMEngine.start(EngineConfig(model=model_dir, device="cpu", **settings))
+    engine = LLMEngine.start(EngineConfig(model=model_dir, device=device, **settings))
     engine.wait_ready(timeout_s=300)
     engine.generate(["Warm-up request."], SamplingParams(max_new_tokens=4))  # first-step costs
     return engine
@@ -128,7 +130,7 @@ def start_engine(model_dir: str, **settings):
 
 def _start_engine(args: argparse.Namespace, model_dir: str):
     return start_engine(
-        model_dir, dtype=args.dtype, max_num_seqs=args.max_num_seqs or args.concurrency,
+        model_dir, device=args.device, dtype=args.dtype, max_num_seqs=args.max_num_seqs or args.concurrency,
         max_batched_tokens=args.max_batched_tokens,
         num_threads=args.threads, linear_backend=args.linear_backend,
         enable_prefix_caching=not args.no_prefix_caching,
@@ -170,7 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="engine token budget per step (default 256: the first wave of 16 "
                              "prompts is prefilled in two chunks, which halves the median TTFT)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                        help="where the engine runs (default cpu; the baselines run on the CPU only)")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                         help="weights and activations, engine and baselines alike (default float32)")
     parser.add_argument("--linear-backend", default="auto", choices=LINEAR_BACKENDS,
                         help="the engine's projection kernels (worker/linear.py; default auto: "
@@ -182,7 +186,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.device != "cpu" and not args.skip_baselines:
+        parser.error("the baselines run on the CPU only: add --skip-baselines with --device cuda")
     if args.model:
         model_dir = args.model
     else:
@@ -197,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         engine.shutdown()
     baselines = [] if args.skip_baselines else _run_baselines(args, model_dir, prompts)
     print(f"{args.num_requests} requests, {args.concurrency} concurrent, {args.max_new_tokens} new tokens, "
-          f"model {model_dir} ({args.dtype}, {args.linear_backend} linear, {args.threads or 'default'} threads)")
+          f"model {model_dir} ({args.device}, {args.dtype}, {args.linear_backend} linear, {args.threads or 'default'} threads)")
     print(f"CPU: {cpu.describe_line()}")
     print(f"{'':<30} {'tok/s':>8}  {'TTFT ms p50/p99':<14} {'ITL ms p50/p99':<14} {'E2E ms p50/p99'}")
     print(result_line("engine (continuous)", run.tokens_per_s, run.ttft_s, run.e2e_s, run.itl_s))

@@ -14,21 +14,13 @@ from pathlib import Path
 import torch
 
 from ..errors import ModelLoadError
+from .device import resolve_device
 from .source import ModelSource, materialize, resolve_model_source
 
 log = logging.getLogger(__name__)
 
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
-def resolve_device(name: str) -> torch.device:
-    """'auto' is cuda when available, else cpu."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ModelLoadError("device 'cuda' was requested but no CUDA device is available")
-    return torch.device(name)
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:

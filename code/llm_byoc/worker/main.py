@@ -58,7 +58,7 @@ def run_worker(conn, config: EngineConfig) -> None:
     try:
         runner = ModelRunner.from_config(config)
     except Exception as exc:  # noqa: BLE001 - every load failure is reported, then we exit
-        log.exception("model load failed")
+        log.error("model load failed: %s", exc, exc_info=not isinstance(exc, ServingError))  # ours say why: no traceback
         channel.send(0, _failure(exc, fatal=True))
         return
     channel.send(0, WorkerReady(runner.info))

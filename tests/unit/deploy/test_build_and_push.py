@@ -30,10 +30,8 @@ def test_gpu_build_push_plan():
     assert result.returncode == 0, result.stderr
     assert result.stdout == "ACCOUNT_ID.dkr.ecr.eu-west-1.amazonaws.com/team/llm-byoc:gpu\n"
     build, describe, create, login, tag, push = commands(result)
-    assert build.startswith(
-        "docker build --platform linux/amd64 --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128"
-    )
-    assert "--build-arg BASE_IMAGE=pytorch/pytorch:" in build and build.endswith(f"-t llm-byoc:gpu {SCRIPT.parents[1]}")
+    # the Dockerfile's GPU variant: python:3.11-slim and PyPI's CUDA torch wheel, no other base image
+    assert build == f"docker build --platform linux/amd64 --build-arg DEVICE=cuda -t llm-byoc:gpu {SCRIPT.parents[1]}"
     assert describe == "aws ecr describe-repositories --repository-names team/llm-byoc --region eu-west-1"
     assert create.startswith("aws ecr create-repository --repository-name team/llm-byoc")
     assert login == (
@@ -49,8 +47,16 @@ def test_cpu_build_uses_cpu_wheels_and_the_default_base():
     assert result.returncode == 0, result.stderr
     build = commands(result)[0]
     assert "TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in build
-    assert "BASE_IMAGE" not in build and "TORCH_VERSION=2.13.0" in build
+    assert "BASE_IMAGE" not in build and "TORCH_VERSION=2.13.0" in build and "DEVICE" not in build
     assert result.stdout.strip().endswith("/llm-byoc:v1")
+
+
+def test_gpu_build_takes_another_torch_index_and_base():
+    result = dry_run("--gpu", "--torch-index-url", "https://download.pytorch.org/whl/cu126", "--base-image", "my/base:1")
+    assert result.returncode == 0, result.stderr
+    build = commands(result)[0]
+    assert "--build-arg DEVICE=cuda --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126" in build
+    assert "--build-arg BASE_IMAGE=my/base:1" in build
 
 
 @pytest.mark.parametrize(

@@ -54,5 +54,5 @@ def test_auto_dtype_and_device_on_cpu():
     assert resolve_dtype("float16", device) == torch.float16
     if not torch.cuda.is_available():
         assert resolve_device("auto").type == "cpu"
-        with pytest.raises(ModelLoadError, match="no CUDA"):
+        with pytest.raises(ModelLoadError, match="LLM_BYOC_DEVICE=cuda, but"):
             resolve_device("cuda")
