@@ -41,6 +41,8 @@ ENV_MAX_CPU_LORAS = "LLM_BYOC_MAX_CPU_LORAS"
 ENV_MAX_LORA_RANK = "LLM_BYOC_MAX_LORA_RANK"
 ENV_ADAPTERS_DIR = "LLM_BYOC_ADAPTERS_DIR"
 ENV_ADAPTER_ROOTS = "LLM_BYOC_ADAPTER_ROOTS"
+ENV_SESSION_KV_SHARE = "LLM_BYOC_SESSION_KV_SHARE"
+ENV_SESSION_TTL = "LLM_BYOC_SESSION_TTL"
 # Server
 ENV_HTTP_THREADS = "LLM_BYOC_HTTP_THREADS"
 ENV_ENGINE_SOCKET = "LLM_BYOC_ENGINE_SOCKET"
@@ -140,6 +142,8 @@ class EngineConfig:
     max_lora_rank: int = 64
     adapters_dir: str = DEFAULT_ADAPTERS_DIR  # every <name>/ folder here is registered at start-up
     adapter_roots: tuple[str, ...] = DEFAULT_ADAPTER_ROOTS  # a registered adapter's src must lie under one
+    session_kv_share: float = 0.5  # of the KV cache, at most, kept for open sessions' prefixes
+    session_ttl_s: int = 1200  # a session idle this long is closed (SageMaker's default)
 
     def __post_init__(self) -> None:
         _require(bool(self.model), f"{ENV_MODEL} must name a model source")
@@ -168,6 +172,8 @@ class EngineConfig:
         _require(self.max_cpu_loras >= self.max_loras, f"{ENV_MAX_CPU_LORAS} must be >= {ENV_MAX_LORAS}")
         _require(1 <= self.max_lora_rank <= 512, f"{ENV_MAX_LORA_RANK} must be from 1 to 512")
         _require(bool(self.adapter_roots), f"{ENV_ADAPTER_ROOTS} must name at least one folder")
+        _require(0 <= self.session_kv_share <= 1, f"{ENV_SESSION_KV_SHARE} must be from 0 to 1")
+        _require(self.session_ttl_s >= 1, f"{ENV_SESSION_TTL} must be >= 1 (seconds)")
         if self.kv_cache_memory != "auto":
             parse_memory_size(self.kv_cache_memory, 1, ENV_KV_CACHE_MEMORY)  # the form is checked here
 
@@ -197,6 +203,8 @@ class EngineConfig:
             max_lora_rank=_int(env, ENV_MAX_LORA_RANK, 64),
             adapters_dir=env.get(ENV_ADAPTERS_DIR) or DEFAULT_ADAPTERS_DIR,
             adapter_roots=tuple(p for p in (env.get(ENV_ADAPTER_ROOTS) or ":".join(DEFAULT_ADAPTER_ROOTS)).split(":") if p),
+            session_kv_share=_float(env, ENV_SESSION_KV_SHARE, 0.5),
+            session_ttl_s=_int(env, ENV_SESSION_TTL, 1200),
         )
 
 

@@ -216,6 +216,7 @@ class AddSequence:
     prompt_token_ids: list[int]
     params: SamplingParams
     adapter: str = ""  # a registered adapter's name; "": the base model
+    session_id: str = ""  # an open stateful session (engine/session_pins.py)
 
 
 @dataclass(frozen=True)
@@ -256,6 +257,24 @@ class HealthRequest:
 
 
 @dataclass(frozen=True)
+class SessionCommand:
+    """Front end -> engine: ``action`` "open" (a new session) or "close" (``session_id``)."""
+
+    call_id: int
+    action: str
+    session_id: str = ""
+
+
+@dataclass(frozen=True)
+class SessionReply:
+    call_id: int
+    session_id: str = ""
+    ttl_s: float = 0.0  # it closes after this long idle
+    error_type: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True)
 class KVCacheStats:
     """The KV cache as the engine's block manager sees it (counters are since start-up)."""
 
@@ -267,6 +286,8 @@ class KVCacheStats:
     prefix_queried_tokens: int = 0
     prefix_hit_tokens: int = 0
     preemptions: int = 0
+    sessions_open: int = 0
+    blocks_pinned: int = 0  # held for open sessions
 
     @property
     def usage(self) -> float:
@@ -311,6 +332,8 @@ _CODEC = MessageCodec(
         SequenceRejected,
         EngineOutputs,
         HealthRequest,
+        SessionCommand,
+        SessionReply,
         KVCacheStats,
         HealthReport,
         AdapterSpec,

@@ -26,6 +26,8 @@ from ..protocol import (
     HealthRequest,
     ProtocolError,
     SequenceRejected,
+    SessionCommand,
+    SessionReply,
 )
 from . import ipc
 
@@ -44,10 +46,10 @@ class _Reply:
 
 
 class _Call:
-    """An adapter command waiting for its AdapterReply."""
+    """A control command waiting for its reply (AdapterReply / SessionReply)."""
 
     def __init__(self):
-        self.reply: AdapterReply | None = None
+        self.reply: AdapterReply | SessionReply | None = None
         self.done = threading.Event()
 
 
@@ -81,15 +83,15 @@ class SocketCoreClient:
         if seq_ids:
             self._send([AbortSequence(s) for s in seq_ids], None, done=seq_ids)
 
-    def adapter_command(self, command: AdapterCommand, timeout_s: float) -> AdapterReply:
-        """Send one adapter command; its reply comes by call id (a preload may take a while)."""
+    def control(self, command: AdapterCommand | SessionCommand, timeout_s: float) -> AdapterReply | SessionReply:
+        """Send one control command; its reply comes by call id (a preload may take a while)."""
         call = _Call()
         with self._send_lock:
             self._calls[command.call_id] = call
         try:
             self._send([command], None)
             if not call.done.wait(timeout_s):
-                raise RequestTimeout(f"the engine did not answer the adapter command within {timeout_s:g} s")
+                raise RequestTimeout(f"the engine did not answer the {type(command).__name__} within {timeout_s:g} s")
         finally:
             with self._send_lock:
                 self._calls.pop(command.call_id, None)
@@ -158,7 +160,7 @@ class SocketCoreClient:
                 message = ipc.recv(self._conn)
                 if isinstance(message, EngineOutputs):
                     self._on_engine_outputs(message)
-                elif isinstance(message, AdapterReply):
+                elif isinstance(message, (AdapterReply, SessionReply)):
                     with self._send_lock:
                         call = self._calls.get(message.call_id)
                     if call is not None:

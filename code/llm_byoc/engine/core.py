@@ -18,10 +18,12 @@ import threading
 from collections.abc import Callable
 
 from ..config import EngineConfig
-from ..errors import EngineDead, EngineNotReady, ServingError
+from ..errors import EngineDead, EngineNotReady, InvalidRequest, ServingError
 from ..adapters.messages import AdapterCommand, AdapterReply
 from ..executor import StepFailed, StepWorker
 from ..protocol import (
+    SessionCommand,
+    SessionReply,
     AddSequence,
     EngineOutputs,
     EngineState,
@@ -64,16 +66,30 @@ class EngineCore:
             self._scheduler.add(request, adapter)
             self._cond.notify()
 
-    def adapter_command(self, command: AdapterCommand, reply: Callable[[AdapterReply], None]) -> None:
-        """Register, remove or list adapters; ``reply`` is called once (maybe later, from the step loop)."""
+    def control(self, command: AdapterCommand | SessionCommand, reply: Callable) -> None:
+        """Adapters (register, remove, list) and sessions (open, close); ``reply`` gets the one
+        AdapterReply / SessionReply, maybe later (a preload answers from the step loop)."""
+        failed = AdapterReply if isinstance(command, AdapterCommand) else SessionReply
         with self._cond:
             try:
                 self._raise_unless_ready()
+                if isinstance(command, AdapterCommand):
+                    self._adapters.handle(command, reply)
+                else:
+                    reply(self._session_command(command))
             except ServingError as exc:
-                reply(AdapterReply(command.call_id, error_type=exc.error_type, message=exc.message))
+                reply(failed(command.call_id, error_type=exc.error_type, message=exc.message))
                 return
-            self._adapters.handle(command, reply)
             self._cond.notify()
+
+    def _session_command(self, command: SessionCommand) -> SessionReply:
+        sessions = self._scheduler.sessions
+        if command.action == "open":
+            return SessionReply(command.call_id, sessions.open(), sessions.ttl_s)
+        if command.action == "close":
+            sessions.close(command.session_id)
+            return SessionReply(command.call_id, command.session_id)
+        raise InvalidRequest(f"unknown session action {command.action!r}")
 
     def abort(self, seq_id: str) -> None:
         """Idempotent; the sequence's final update (ABORT) goes to the callback."""

@@ -15,14 +15,18 @@ from typing import Protocol
 from ..adapters.messages import AdapterCommand, AdapterReply
 from ..config import EngineConfig
 from ..errors import RequestTimeout
-from ..protocol import AddSequence, EngineOutputs, HealthReport
+from ..protocol import AddSequence, EngineOutputs, HealthReport, SessionCommand, SessionReply
 from .core import EngineCore
+
+
+Command = AdapterCommand | SessionCommand  # control messages, answered by call id
+Reply = AdapterReply | SessionReply
 
 
 class CoreClient(Protocol):
     def add(self, adds: list[AddSequence]) -> None: ...
 
-    def adapter_command(self, command: AdapterCommand, timeout_s: float) -> AdapterReply: ...
+    def control(self, command: Command, timeout_s: float) -> Reply: ...
 
     def abort(self, seq_ids: list[str]) -> None: ...
 
@@ -54,17 +58,17 @@ class InProcessCore:
         for seq_id in seq_ids:
             self.core.abort(seq_id)
 
-    def adapter_command(self, command: AdapterCommand, timeout_s: float) -> AdapterReply:
+    def control(self, command: Command, timeout_s: float) -> Reply:
         done = threading.Event()
-        replies: list[AdapterReply] = []
+        replies: list[Reply] = []
 
-        def reply(message: AdapterReply) -> None:
+        def reply(message: Reply) -> None:
             replies.append(message)
             done.set()
 
-        self.core.adapter_command(command, reply)
+        self.core.control(command, reply)
         if not done.wait(timeout_s):
-            raise RequestTimeout(f"the adapter command did not finish within {timeout_s:g} s")
+            raise RequestTimeout(f"the {type(command).__name__} did not finish within {timeout_s:g} s")
         return replies[0]
 
     def health(self) -> HealthReport:

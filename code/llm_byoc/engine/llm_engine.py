@@ -26,6 +26,7 @@ from ..protocol import (
     HealthReport,
     ModelInfo,
     SamplingParams,
+    SessionCommand,
 )
 from .core_client import CoreClient, InProcessCore
 from .outputs import GenerationResult
@@ -107,7 +108,7 @@ class LLMEngine:
     # --- requests ----------------------------------------------------------------
 
     def submit(self, prompts: Prompts, params: SamplingParams, request_id: str | None = None,
-               adapter: str | None = None) -> RequestHandle:
+               adapter: str | None = None, session_id: str | None = None) -> RequestHandle:
         """Queue every prompt of a request (on a registered LoRA ``adapter``, or the base model);
         raises InvalidRequest, AdapterNotFound, QueueFull, EngineNotReady or EngineDead (then
         nothing of the request stays queued)."""
@@ -123,7 +124,7 @@ class LLMEngine:
             if any(s.seq_id in self._routes for s in streams):
                 raise InvalidRequest(f"request id {request_id!r} is already in use")
             self._routes.update({s.seq_id: handle for s in streams})
-        adds = [AddSequence(s.seq_id, ids, params, adapter or "") for s, ids in zip(streams, prompt_ids)]
+        adds = [AddSequence(s.seq_id, ids, params, adapter or "", session_id or "") for s, ids in zip(streams, prompt_ids)]
         try:
             self._core.add(adds)
         except BaseException:
@@ -149,11 +150,24 @@ class LLMEngine:
         return self._adapter_command("list", ADAPTER_TIMEOUT_S)
 
     def _adapter_command(self, action: str, timeout_s: float, **fields: Any) -> list[AdapterStatus]:
+        return self._control(AdapterCommand(next(self._call_ids), action, **fields), timeout_s).adapters
+
+    # --- stateful sessions ---------------------------------------------------------
+
+    def open_session(self) -> tuple[str, float]:
+        """A new session: (its id, the seconds of idleness after which it closes)."""
+        reply = self._control(SessionCommand(next(self._call_ids), "open"), ADAPTER_TIMEOUT_S)
+        return reply.session_id, reply.ttl_s
+
+    def close_session(self, session_id: str) -> None:
+        self._control(SessionCommand(next(self._call_ids), "close", session_id), ADAPTER_TIMEOUT_S)
+
+    def _control(self, command, timeout_s: float):
         self._ready_info()
-        reply = self._core.adapter_command(AdapterCommand(next(self._call_ids), action, **fields), timeout_s)
+        reply = self._core.control(command, timeout_s)
         if reply.error_type:
             raise ServingError.from_wire(reply.error_type, reply.message)
-        return reply.adapters
+        return reply
 
     @staticmethod
     def _prompt_ids(prompt: Any, tokenizer: Any, max_model_len: int) -> list[int]:

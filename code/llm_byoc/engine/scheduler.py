@@ -69,6 +69,7 @@ from ..protocol import (
 )
 from .adapter_slots import AdapterSlots
 from .kv_cache_manager import KVCacheManager
+from .session_pins import SessionPins
 from .sequence import Sequence, SequenceStatus
 
 ADMISSION_RESERVE = 0.01  # of the blocks, kept free when admitting beside running sequences
@@ -88,6 +89,8 @@ class SchedulerLimits:
     enable_prefix_caching: bool = True
     max_loras: int = 8
     max_cpu_loras: int = 32
+    session_kv_share: float = 0.5  # of the blocks, at most, pinned by open sessions
+    session_ttl_s: float = 1200.0
 
     def __post_init__(self) -> None:
         capacity = (self.num_kv_blocks - 1) * self.block_size
@@ -116,6 +119,8 @@ class SchedulerLimits:
             enable_prefix_caching=config.enable_prefix_caching,
             max_loras=config.max_loras,
             max_cpu_loras=config.max_cpu_loras,
+            session_kv_share=config.session_kv_share,
+            session_ttl_s=config.session_ttl_s,
         )
 
 
@@ -133,6 +138,8 @@ class Scheduler:
         self._arrivals = 0
         self.num_preemptions = 0
         self.adapters = AdapterSlots(limits.max_loras, limits.max_cpu_loras)
+        self.sessions = SessionPins(self.kv.pool, int(limits.session_kv_share * self.kv.pool.num_usable),
+                                    limits.session_ttl_s)
         self._retired: set[str] = set()  # unregistered adapters still used by queued or running sequences
         self._rejected: list[SequenceRejected] = []
         self.adapter_requests: Counter[str] = Counter()
@@ -160,10 +167,12 @@ class Scheduler:
             raise QueueFull(
                 f"the engine queue is full ({len(self._waiting)} sequences waiting); retry later"
             )
+        if request.session_id:
+            self.sessions.check(request.session_id)
         self._arrivals += 1
         namespace = f"lora:{adapter.uid}" if adapter is not None else ""
         seq = Sequence(request.seq_id, list(request.prompt_token_ids), request.params, arrival=self._arrivals,
-                       cache_namespace=namespace, adapter=adapter)
+                       cache_namespace=namespace, adapter=adapter, session_id=request.session_id)
         self._waiting.append(seq)
         if adapter is not None:
             self.adapter_requests[adapter.name] += 1
@@ -212,6 +221,8 @@ class Scheduler:
             prefix_queried_tokens=kv.queried_tokens,
             prefix_hit_tokens=kv.hit_tokens,
             preemptions=self.num_preemptions,
+            sessions_open=self.sessions.num_open,
+            blocks_pinned=self.sessions.num_pinned,
         )
 
     # --- one step ------------------------------------------------------------
@@ -258,6 +269,8 @@ class Scheduler:
                 continue  # preempted for an older one
             n, _ = plan[seq.seq_id]
             while (added := self.kv.grow(seq, seq.num_computed + n)) is None:
+                if self.sessions.release_one():
+                    continue  # a session's pinned prefix goes before a running sequence does
                 victim = max(self._running.values(), key=lambda s: s.arrival)
                 self._preempt(victim)
                 preempted.append(victim.seq_id)
@@ -281,6 +294,8 @@ class Scheduler:
             n = min(seq.num_tokens - cached, budget)
             reserve = self._reserve if self._running else 0
             block_ids = self.kv.admit(seq, prefix, cached + n, reserve)
+            while block_ids is None and not self._running and self.sessions.release_one():
+                block_ids = self.kv.admit(seq, prefix, cached + n, reserve)  # only pins stood in its way
             if block_ids is None:
                 break  # first come, first served: the head waits for memory
             self._waiting.popleft()
@@ -389,6 +404,9 @@ class Scheduler:
         self._expect_sample.discard(seq.seq_id)
         if self._running.pop(seq.seq_id, None) is None and seq in self._waiting:
             self._waiting.remove(seq)
+        if seq.session_id and reason in (FinishReason.STOP, FinishReason.LENGTH):
+            prompt_blocks = min(seq.num_registered, seq.num_prompt_tokens // self.kv.block_size)
+            self.sessions.pin(seq.session_id, seq.blocks[:prompt_blocks])
         self.kv.free(seq)
         if seq.seen_by_worker:
             self._freed.append(seq.seq_id)

@@ -34,6 +34,7 @@ class Sequence:
     arrival: int = 0  # order of arrival: the newest running sequence is preempted first
     cache_namespace: str = ""  # prefix-cache key space (an adapter, a tenant): no sharing across
     adapter: AdapterSpec | None = None  # its LoRA adapter; None: the base model
+    session_id: str = ""  # the stateful session it belongs to (its prompt's prefix stays cached)
     num_prompt_tokens: int = 0
     num_computed: int = 0
     num_cached_tokens: int = 0  # prompt tokens taken from the prefix cache at (first) admission

@@ -25,6 +25,7 @@ from ..protocol import (
     HealthRequest,
     ProtocolError,
     SequenceRejected,
+    SessionCommand,
 )
 from . import ipc
 from .core import EngineCore
@@ -74,8 +75,8 @@ class FrontConnection:
                 self._core.abort(message.seq_id)
         elif isinstance(message, HealthRequest):
             self.enqueue(self._core.health())
-        elif isinstance(message, AdapterCommand):
-            self._core.adapter_command(message, self.enqueue)  # the reply may come later (a preload)
+        elif isinstance(message, (AdapterCommand, SessionCommand)):
+            self._core.control(message, self.enqueue)  # the reply may come later (a preload)
         else:
             raise ProtocolError(f"unexpected message {type(message).__name__}")
 
