@@ -52,8 +52,17 @@ class UnsupportedMediaType(ServingError):
 
 
 class QueueFull(ServingError):
+    """Running + waiting sequences are at capacity (answered with ``Retry-After``)."""
+
     status_code = 429
     error_type = "queue_full"
+
+
+class TooManyConnections(ServingError):
+    """An HTTP worker holds its limit of open connections (answered with ``Retry-After``)."""
+
+    status_code = 429
+    error_type = "too_many_connections"
 
 
 class EngineNotReady(ServingError):
@@ -93,6 +102,7 @@ _BY_TYPE: dict[str, type[ServingError]] = {
         PayloadTooLarge,
         UnsupportedMediaType,
         QueueFull,
+        TooManyConnections,
         EngineNotReady,
         EngineDead,
         RequestTimeout,

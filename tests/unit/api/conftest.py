@@ -24,4 +24,4 @@ def config() -> ServerConfig:
 
 @pytest.fixture
 def client(engine, config):
-    return create_app(engine, config).test_client()
+    return create_app(engine, config, health_refresh_s=0).test_client()  # /ping asks the engine each time

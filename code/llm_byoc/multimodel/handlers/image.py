@@ -21,7 +21,7 @@ import numpy as np
 
 from ...errors import InvalidRequest, ModelLoadError, UnsupportedMediaType
 from ..messages import Invocation, Reply
-from ..store import ModelSpec
+from ..store import ModelSpec, path_inside
 from .base import int_option, json_reply, media_type, parse_json_body
 
 log = logging.getLogger(__name__)
@@ -90,12 +90,12 @@ class ImageClassificationHandler:
 
         folder = Path(spec.path)
         options = spec.options
-        model_file = folder / options.get("model_file", "model.onnx")
+        model_file = path_inside(folder, options.get("model_file", "model.onnx"), "model_file")
         if not model_file.is_file():
             candidates = sorted(folder.glob("*.onnx"))
             if not candidates:
                 raise ModelLoadError(f"{spec.name!r}: no .onnx file")
-            model_file = candidates[0]
+            model_file = path_inside(folder, candidates[0].name, "the .onnx file")
         session_options = onnxruntime.SessionOptions()
         if num_threads > 0:
             session_options.intra_op_num_threads = num_threads
@@ -108,7 +108,7 @@ class ImageClassificationHandler:
             raise ModelLoadError(f"cannot load {spec.name!r}: {exc}") from None
         self.input_name = self.session.get_inputs()[0].name
         num_classes = int(self.session.get_outputs()[0].shape[-1])
-        labels_file = folder / options.get("labels_file", "labels.txt")
+        labels_file = path_inside(folder, options.get("labels_file", "labels.txt"), "labels_file")
         self.labels = read_labels(labels_file, num_classes)
         self.default_top_k = int(options.get("top_k", 5))
         self.resize = int(options.get("resize", 256))
