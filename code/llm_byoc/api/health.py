@@ -4,7 +4,8 @@ Asking the engine process on every ping puts the ping behind the engine's own
 work: its connection handles messages in order, and on a busy 2-core machine
 each of the hops (HTTP thread, socket reader, engine reader, engine sender)
 waits for a CPU. ``HealthCache`` asks every ``refresh_s`` on a thread of its
-own; ``/ping`` answers the latest report without waiting on anything. A report
+own; ``/ping`` answers the latest report without waiting on anything (the
+very first ping waits for the first report, at most ``stale_s``). A report
 older than ``stale_s`` (the engine stopped answering) reads as DEAD, so a hung
 or vanished engine is still a 503 within about two seconds. With
 ``refresh_s=0`` every call asks the engine (tests).
@@ -30,20 +31,21 @@ class HealthCache:
         self._probe = probe
         self._refresh_s = refresh_s
         self._stale_s = stale_s
-        self._lock = threading.Lock()
+        self._cond = threading.Condition()
         self._latest: tuple[float, HealthReport] | None = None
         self._thread: threading.Thread | None = None
 
     def report(self) -> HealthReport:
         if self._refresh_s <= 0:
             return self._ask()
-        with self._lock:
+        with self._cond:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="health-refresh", daemon=True)
                 self._thread.start()
+            self._cond.wait_for(lambda: self._latest is not None, self._stale_s)  # the first ping only
             latest = self._latest
         if latest is None:
-            return self._store(self._ask())  # the first ping: ask once, here
+            return HealthReport(EngineState.DEAD, f"the engine did not answer a health check within {self._stale_s} s")
         at, report = latest
         age = time.monotonic() - at
         if age > self._stale_s:
@@ -52,7 +54,10 @@ class HealthCache:
 
     def _run(self) -> None:
         while True:
-            self._store(self._ask())
+            report = self._ask()
+            with self._cond:
+                self._latest = (time.monotonic(), report)
+                self._cond.notify_all()
             time.sleep(self._refresh_s)
 
     def _ask(self) -> HealthReport:
@@ -60,8 +65,3 @@ class HealthCache:
             return self._probe()
         except Exception as exc:  # an engine we cannot even ask is as good as dead
             return HealthReport(EngineState.DEAD, f"engine health check failed: {exc}")
-
-    def _store(self, report: HealthReport) -> HealthReport:
-        with self._lock:
-            self._latest = (time.monotonic(), report)
-        return report

@@ -17,7 +17,8 @@ handling and changes three things:
   (``environ[OVER_CAPACITY]`` tells the app), then the connection closes.
   Only past that second limit do connections wait in the kernel's backlog;
 * **gunicorn's own errors are JSON** (a bad request line, a header too large):
-  the same ``{"error", "type"}`` shape as the app's, with gunicorn's status.
+  the same ``{"error", "type"}`` shape as the app's, with gunicorn's status
+  (its 501 for an unknown transfer coding becomes a 400: bad input is never a 5xx).
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ _ERROR_TYPES = {
     414: "uri_too_long",
     417: "expectation_failed",
     431: "header_too_large",
-    501: "not_implemented",
 }
 
 _overflow = threading.local()  # set on the threads serving over-limit connections
@@ -103,6 +103,8 @@ class ThreadPerConnectionWorker(ThreadWorker):
         captured = _CapturedWrite()
         super().handle_error(req, captured, addr, exc)
         status, reason = captured.status()
+        if status == 501:  # a transfer coding gunicorn does not know: the client's doing, so a 4xx
+            status, reason = 400, "Bad Request"
         error_type = _ERROR_TYPES.get(status, "internal_error")
         message = f"{reason}: {exc}" if error_type != "internal_error" else "internal server error"
         try:
