@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from api_fakes import FakeEngine
+from fakes.fake_engine import FakeEngine
 from llm_byoc.api.app import create_app
 from llm_byoc.api.engine_link import EngineLink
 from llm_byoc.config import ServerConfig

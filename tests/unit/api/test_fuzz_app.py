@@ -93,7 +93,7 @@ content_types = st.sampled_from(["application/json", "application/json; charset=
 
 @pytest.fixture(scope="module")
 def app_client():
-    from api_fakes import FakeEngine
+    from fakes.fake_engine import FakeEngine
 
     engine = FakeEngine()
     client = create_app(engine, ServerConfig(timeout_s=5, max_payload_bytes=64 * 1024), capacity=64,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from api_fakes import FakeTokenizer
+from fakes.fake_engine import FakeTokenizer
 from llm_byoc.api import openai
 from llm_byoc.errors import InvalidRequest
 from fixtures.sse_events import parse_sse
