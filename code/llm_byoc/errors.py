@@ -75,6 +75,13 @@ class EngineDead(ServingError):
     error_type = "engine_dead"
 
 
+class ShuttingDown(ServingError):
+    """The server stopped (SIGTERM) before the request could finish."""
+
+    status_code = 503
+    error_type = "shutting_down"
+
+
 class RequestTimeout(ServingError):
     status_code = 504
     error_type = "timeout"
@@ -105,6 +112,7 @@ _BY_TYPE: dict[str, type[ServingError]] = {
         TooManyConnections,
         EngineNotReady,
         EngineDead,
+        ShuttingDown,
         RequestTimeout,
         InsufficientMemory,
         ModelLoadError,

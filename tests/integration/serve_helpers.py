@@ -87,21 +87,28 @@ def serve_env(model_dir: Path, port: int, socket_path: str, **extra: str) -> dic
 
 
 class Server:
-    def __init__(self, model_dir: Path, log_path: Path, **env: str):
+    """The real ``serve`` as a subprocess on a free port (``command`` replaces it, e.g. FAKE_SERVE)."""
+
+    def __init__(self, model_dir: Path, log_path: Path, command: list[str] | None = None, **env: str):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         socket_path = os.path.join(tempfile.mkdtemp(prefix="llmb"), "engine.sock")
         self.log_path = log_path
         self._log = open(log_path, "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, str(SERVE), "serve"],
+            command or [sys.executable, str(SERVE), "serve"],
             env=serve_env(model_dir, self.port, socket_path, **env),
             stdout=self._log,
             stderr=subprocess.STDOUT,
         )
 
     def engine_pid(self) -> int:
-        return next(pid for pid, cmd in children_of(self.proc.pid).items() if "llm_byoc.engine.server" in cmd)
+        return next(pid for pid, cmd in children_of(self.proc.pid).items() if "engine_server" in cmd or
+                    "llm_byoc.engine.server" in cmd)
+
+    def model_worker_pid(self) -> int:
+        """The engine's model worker (a multiprocessing child of the engine process)."""
+        return next(pid for pid, cmd in children_of(self.engine_pid()).items() if "resource_tracker" not in cmd)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-4000:]
@@ -115,3 +122,13 @@ class Server:
                 self.proc.kill()
                 self.proc.wait()
         self._log.close()
+
+
+def fake_serve(model_dir: Path, log_path: Path, step_delay_s: float = 0.0, **env: str) -> Server:
+    """``serve`` with everything real but the model worker (tests/fakes/fake_serve.py):
+    ``model_dir`` only lends its tokenizer (384 tokens, as the fake's vocabulary)."""
+    command = [sys.executable, "-m", "fakes.fake_serve", "--model", str(model_dir), "--vocab-size", "384",
+               "--step-delay", str(step_delay_s)]
+    tests = str(REPO / "tests")
+    pythonpath = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), tests) if p)
+    return Server(model_dir, log_path, command=command, PYTHONPATH=pythonpath, **env)

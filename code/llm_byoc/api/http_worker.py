@@ -16,6 +16,8 @@ handling and changes three things:
   answered as usual, anything else gets an immediate 429
   (``environ[OVER_CAPACITY]`` tells the app), then the connection closes.
   Only past that second limit do connections wait in the kernel's backlog;
+* **a clean end at shutdown**: on SIGTERM, requests still running shortly
+  before the graceful timeout ends are ended with a last answer (``drain``);
 * **gunicorn's own errors are JSON** (a bad request line, a header too large):
   the same ``{"error", "type"}`` shape as the app's, with gunicorn's status
   (its 501 for an unknown transfer coding becomes a 400: bad input is never a 5xx).
@@ -32,6 +34,8 @@ from concurrent import futures
 
 from gunicorn import util
 from gunicorn.workers.gthread import ThreadWorker, TConn
+
+from . import drain
 
 OVER_CAPACITY = "llm_byoc.over_capacity"  # environ key: this connection is over the limit
 OVERFLOW_THREADS = 4
@@ -111,6 +115,11 @@ class ThreadPerConnectionWorker(ThreadWorker):
             util.write_nonblock(client, json_error_response(status, reason, message, error_type))
         except Exception:
             self.log.debug("Failed to send error message.")
+
+    def handle_exit(self, sig, frame):
+        if self.alive:
+            drain.drain_later(self.cfg.graceful_timeout)  # streams still open then end cleanly
+        super().handle_exit(sig, frame)
 
     def handle_quit(self, sig, frame):
         if self.overflow_pool is not None:

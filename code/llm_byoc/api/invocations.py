@@ -11,7 +11,9 @@ One request, in order:
      (the budget spent while queued, the engine gone) is still a proper HTTP
      status, then stream.
 The budget (``SAGEMAKER_MODEL_SERVER_TIMEOUT``) runs from the request's arrival.
-Whatever ends the request gives its room back and stops the watch, once.
+Whatever ends the request gives its room back and stops the watch, once. A
+worker about to exit (``drain``) stops what still runs: a 503, or a last
+``shutting_down`` event.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from typing import Any
 from flask import Response, g, jsonify, request, stream_with_context
 
 from ..config import ServerConfig
+from ..errors import ShuttingDown
+from . import drain
 from .admission import Deadline, SequenceGate, Ticket
 from .body import read_json
 from .client_watch import ClientWatch
@@ -39,11 +43,21 @@ CLIENT_SOCKET = "gunicorn.socket"  # the connection's socket, in gunicorn's envi
 class InFlight:
     """What a submitted request holds: its handle, its room, its socket watch."""
 
-    def __init__(self, handle: Any, ticket: Ticket | None, unwatch: Callable[[], None]):
+    def __init__(self, handle: Any, ticket: Ticket | None, unwatch: Callable[[], None], forget: Callable):
         self.handle = handle
+        self.stop_reason: str | None = None  # set when the server ends it (shutting down)
         self._ticket = ticket
         self._unwatch = unwatch
+        self._forget = forget
         self._ended = threading.Event()
+
+    def stop(self, reason: str) -> None:
+        self.stop_reason = reason
+        self.handle.abort()
+
+    def raise_if_stopped(self) -> None:
+        if self.stop_reason is not None:
+            raise ShuttingDown(self.stop_reason)
 
     def end(self) -> None:
         """Idempotent: stop watching the socket and give the room back."""
@@ -51,6 +65,7 @@ class InFlight:
             return
         self._ended.set()
         self._unwatch()
+        self._forget(self)
         if self._ticket is not None:
             self._ticket.release()
 
@@ -62,6 +77,16 @@ class InvocationRoute:
         self._model = model  # _ModelFacts: the ResponseContext of each answer
         self._gate = gate
         self._watch = watch
+        self._flights: set[InFlight] = set()
+        self._flights_lock = threading.Lock()
+        drain.register(self.stop_all)
+
+    def stop_all(self, reason: str) -> None:
+        """End every request still running (the worker is about to exit)."""
+        with self._flights_lock:
+            flights = list(self._flights)
+        for flight in flights:
+            flight.stop(reason)
 
     def __call__(self) -> Response:
         deadline: Deadline = g.deadline
@@ -81,6 +106,7 @@ class InvocationRoute:
             if invocation.stream:
                 return self._stream(flight, invocation, ctx, deadline, request_log)
             results = flight.handle.result(timeout_s=deadline.remaining())
+            flight.raise_if_stopped()
         except BaseException:
             flight.handle.abort()
             flight.end()
@@ -94,12 +120,20 @@ class InvocationRoute:
         deadline.remaining()  # tokenizing may have spent it
         handle = self._engine.submit(invocation.prompts, invocation.params, request_id=engine_id)
         unwatch = self._watch.watch(request.environ.get(CLIENT_SOCKET), handle.abort)
-        return InFlight(handle, ticket, unwatch)
+        flight = InFlight(handle, ticket, unwatch, self._forget)
+        with self._flights_lock:
+            self._flights.add(flight)
+        return flight
+
+    def _forget(self, flight: InFlight) -> None:
+        with self._flights_lock:
+            self._flights.discard(flight)
 
     def _stream(self, flight: InFlight, invocation: Any, ctx: Any, deadline: Deadline, request_log: RequestLog) -> Response:
         events = first_event_received(flight.handle.events(timeout_s=deadline.remaining()))
+        flight.raise_if_stopped()
         g.streaming = True
-        frames = stream_frames(events, flight.handle, invocation.stream_writer(ctx), deadline, request_log)
+        frames = stream_frames(events, flight, invocation.stream_writer(ctx), deadline, request_log)
         response = Response(stream_with_context(_ending(frames, flight)), mimetype=SSE_MIMETYPE, headers=sse_headers())
         response.call_on_close(lambda: _closed(flight, request_log))
         return response

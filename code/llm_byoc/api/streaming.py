@@ -28,9 +28,10 @@ log = logging.getLogger(__name__)
 
 
 def stream_frames(
-    events: Iterator[TokenEvent], handle: Any, writer: StreamWriter, deadline: Deadline, request_log: RequestLog
+    events: Iterator[TokenEvent], flight: Any, writer: StreamWriter, deadline: Deadline, request_log: RequestLog
 ) -> Iterator[bytes]:
-    """SSE frames of ``events`` (``handle.events()``, bounded by the same ``deadline``)."""
+    """SSE frames of ``events`` (``flight.handle.events()``, bounded by the same ``deadline``)."""
+    handle = flight.handle
     finished = False
     status = "ok"
     try:
@@ -38,10 +39,12 @@ def stream_frames(
         for event in events:
             request_log.on_token(event)
             if event.finish_reason is FinishReason.ABORT:
+                flight.raise_if_stopped()  # the server is shutting down: say so
                 status = "aborted"  # the client left (the watch aborted it)
             yield from _frames(writer.on_event(event))
             if event.finish_reason is None:
                 deadline.remaining()  # RequestTimeout once the budget is spent
+        flight.raise_if_stopped()
         finished = True
         yield from _frames(writer.finish())
     except GeneratorExit:

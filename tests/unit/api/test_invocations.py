@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
+
+from fixtures.sse_events import parse_sse
+from llm_byoc.api import drain
 from llm_byoc.api.app import create_app
 from llm_byoc.api.http_worker import OVER_CAPACITY
 from llm_byoc.config import ServerConfig
@@ -105,3 +109,28 @@ def test_concurrent_requests_never_exceed_the_capacity(engine, config):
     for thread in threads:
         thread.join()
     assert set(statuses) <= {200, 429} and statuses.count(200) >= 3
+
+
+
+def test_a_drain_ends_what_still_runs_with_a_clean_answer(engine, config):
+    engine.token_delay_s = 0.05
+    app = create_app(engine, config, health_refresh_s=0)
+    answers: dict = {}
+
+    def stream():
+        answers["stream"] = parse_sse(app.test_client().post("/invocations", json={"inputs": "abcdefghijklmnop",
+                                                                                   "stream": True}).get_data())
+
+    def plain():
+        answers["plain"] = app.test_client().post("/invocations", json={"inputs": "abcdefghijklmnop"})
+
+    threads = [threading.Thread(target=stream), threading.Thread(target=plain)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.3)
+    drain.drain("the server is shutting down")
+    for thread in threads:
+        thread.join(10)
+    assert answers["stream"][-1] == {"error": "the server is shutting down", "type": "shutting_down"}
+    assert answers["plain"].status_code == 503 and answers["plain"].get_json()["type"] == "shutting_down"
+    assert len(engine.aborted) == 2
