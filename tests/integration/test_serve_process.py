@@ -4,20 +4,15 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 import requests
 from serve_helpers import STARTUP_S, Server, children_of, sse_payloads, wait_for_ping
 
 pytestmark = pytest.mark.slow
-
 
 
 @pytest.fixture(scope="module")

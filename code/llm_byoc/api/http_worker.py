@@ -4,12 +4,14 @@ Stock gthread hands accepted connections to a pool of ``--threads`` threads
 through an unbounded queue: with every thread busy streaming, a new
 connection (a ``/ping`` included) waits there unseen, and the app's own
 limits never see it. This worker keeps gthread's event loop and HTTP
-handling and changes three things:
+handling and changes four things:
 
 * **no hidden queue**: the pool has a thread for each of the
   ``max_connections`` (= ``--threads``) connections it admits, so a request
   starts the moment it arrives, and capacity is the app's decision (429),
-  never a wait for a thread;
+  never a wait for a thread. Every admitted socket gets kernel send and
+  receive timeouts (gunicorn's ``--timeout``), so a client that stalls
+  cannot hold its thread forever;
 * **beyond the limit, an answer, not a backlog**: up to
   ``--worker-connections - --threads`` more connections are accepted and
   served by a few threads of their own, one request each: ``/ping`` is

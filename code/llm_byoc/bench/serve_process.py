@@ -91,6 +91,8 @@ def _role(cmd: str) -> str:
         return "engine"
     if "gunicorn" in cmd:
         return "gunicorn"
+    if "resource_tracker" in cmd:
+        return "resource-tracker"
     if "multiprocessing" in cmd or "spawn_main" in cmd:
         return "model-worker"
     if "llm_byoc.api.serve" in cmd or "container/serve" in cmd:
