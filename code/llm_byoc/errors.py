@@ -31,6 +31,13 @@ class InvalidRequest(ServingError):
     error_type = "invalid_request"
 
 
+class ClientTimeout(ServingError):
+    """The client stopped sending its request body (or went away while sending it)."""
+
+    status_code = 408
+    error_type = "client_timeout"
+
+
 class ModelNotFound(ServingError):
     status_code = 404
     error_type = "model_not_found"
@@ -104,6 +111,7 @@ _BY_TYPE: dict[str, type[ServingError]] = {
     for cls in (
         ServingError,
         InvalidRequest,
+        ClientTimeout,
         ModelNotFound,
         ModelAlreadyLoaded,
         PayloadTooLarge,

@@ -121,6 +121,16 @@ def test_gunicorn_s_own_errors_are_our_json(server, request_bytes, status, error
     assert assert_json_error(got, headers, body)["type"] == error_type
 
 
+def test_a_malformed_chunked_body_is_400_and_a_body_that_stops_is_408(server):
+    head = b"POST /invocations HTTP/1.1\r\nContent-Type: application/json\r\n"
+    status, headers, body = raw(server.port, head + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n")
+    assert status == 400 and "malformed" in assert_json_error(status, headers, body)["error"]
+    started = time.monotonic()
+    status, headers, body = raw(server.port, head + b"Content-Length: 100\r\n\r\n{\"inputs\"", timeout=TIMEOUT_S + 5)
+    assert status == 408 and assert_json_error(status, headers, body)["type"] == "client_timeout"
+    assert TIMEOUT_S - 0.5 < time.monotonic() - started < TIMEOUT_S + 3
+
+
 def test_ping_is_answered_at_once_while_every_thread_streams(server):
     """Streams fill all but one of the connections; /ping on the last one is not queued behind them."""
     body = {"inputs": "x" * 100, "stream": True, "parameters": {"max_new_tokens": 100}}  # 2 s each

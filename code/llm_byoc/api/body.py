@@ -16,8 +16,9 @@ import json
 from typing import Any
 
 from flask import Request
+from werkzeug.exceptions import ClientDisconnected, HTTPException
 
-from ..errors import InvalidRequest, PayloadTooLarge, UnsupportedMediaType
+from ..errors import ClientTimeout, InvalidRequest, PayloadTooLarge, UnsupportedMediaType
 
 JSON_MIMETYPE = "application/json"
 MAX_JSON_DEPTH = 32
@@ -38,13 +39,33 @@ def read_body(request: Request, max_bytes: int) -> bytes:
         raise PayloadTooLarge(_too_large(declared, max_bytes))
     chunks, total = [], 0
     while True:  # to the end: a short read is not the end of a chunked body
-        chunk = request.stream.read(min(64 * 1024, max_bytes + 1 - total))
+        chunk = read_some(request, min(64 * 1024, max_bytes + 1 - total))
         if not chunk:
             return b"".join(chunks)
         total += len(chunk)
         if total > max_bytes:
             raise PayloadTooLarge(_too_large(None, max_bytes))
         chunks.append(chunk)
+
+
+def read_some(request: Request, size: int) -> bytes:
+    """Up to ``size`` bytes of the body; what goes wrong reading the client's bytes is the client's."""
+    try:
+        return request.stream.read(size)
+    except (ClientDisconnected, OSError) as exc:  # the socket's receive timeout, or the client gone mid-body
+        raise ClientTimeout(f"the request body stopped arriving ({type(exc).__name__})") from None
+    except HTTPException:
+        raise  # over MAX_CONTENT_LENGTH: 413
+    except Exception as exc:  # the server's framing refused it (a bad chunk size, ...)
+        raise InvalidRequest(f"the request body is malformed: {exc}") from None
+
+
+def read_all(request: Request) -> bytes:
+    """The whole body (Flask's MAX_CONTENT_LENGTH applies), read as ``read_some`` does."""
+    chunks = []
+    while chunk := read_some(request, 64 * 1024):
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def parse_json(data: bytes) -> Any:
