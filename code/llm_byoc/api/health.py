@@ -5,9 +5,14 @@ work: its connection handles messages in order, and on a busy 2-core machine
 each of the hops (HTTP thread, socket reader, engine reader, engine sender)
 waits for a CPU. ``HealthCache`` asks every ``refresh_s`` on a thread of its
 own; ``/ping`` answers the latest report without waiting on anything (the
-very first ping waits for the first report, at most ``stale_s``). A report
-older than ``stale_s`` (the engine stopped answering) reads as DEAD, so a hung
-or vanished engine is still a 503 within about two seconds. With
+very first ping waits for the first report, at most ``stale_s``).
+
+A gone engine or model worker reads as DEAD at the next refresh (the engine
+says so, or its connection is closed), so /ping is a 503 within half a
+second. An engine that is merely slow to answer (a CPU starved by other work)
+is given ``PROBE_TIMEOUT_S`` before it counts as not answering, and a report
+older than ``stale_s`` reads as DEAD: a wedged engine is a 503 within seconds,
+a busy one is not reported dead at the moment it is busiest. With
 ``refresh_s=0`` every call asks the engine (tests).
 """
 
@@ -23,7 +28,8 @@ from ..protocol import EngineState, HealthReport
 log = logging.getLogger(__name__)
 
 REFRESH_S = 0.25
-STALE_S = 1.5
+PROBE_TIMEOUT_S = 5.0  # what a health check in the background may wait for the engine
+STALE_S = PROBE_TIMEOUT_S + 1.0
 
 
 class HealthCache:

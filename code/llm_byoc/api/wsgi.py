@@ -13,6 +13,7 @@ from ..config import ENV_ENGINE_SOCKET, ConfigError, EngineConfig, MultiModelCon
 from ..logging_setup import configure_logging
 from .app import create_app, create_multi_model_app
 from .engine_link import EngineLink
+from .health import PROBE_TIMEOUT_S
 
 
 def create_wsgi_app() -> Flask:
@@ -27,5 +28,7 @@ def create_wsgi_app() -> Flask:
     )
 
     engine = EngineConfig.from_env()  # only its limits: the engine process holds the model
-    link = EngineLink(lambda: LLMEngine.connect(config.engine_socket), config.engine_socket).start()
+    link = EngineLink(
+        lambda: LLMEngine.connect(config.engine_socket), config.engine_socket, health_timeout_s=PROBE_TIMEOUT_S
+    ).start()
     return create_app(link, config, capacity=engine.max_num_seqs + engine.max_waiting)

@@ -21,6 +21,7 @@ import argparse
 import datetime
 import http.client
 import json
+import os
 import random
 import shutil
 import sys
@@ -220,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or RESULTS / f"overload-{args.label}.json"
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "out"}
     write_json({"created_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "loadavg_at_end": os.getloadavg(),  # other work on the machine skews every figure
                 "config": config, "figures": figures}, out)
     print(f"wrote {out}")
     return 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import random
 import sys
 import tempfile
@@ -139,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or RESULTS / f"soak-{args.label}.json"
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "out"}
     write_json({"created_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "loadavg_at_end": os.getloadavg(),  # other work on the machine skews every figure
                 "config": config, "figures": figures}, out)
     print(f"wrote {out}")
     return 0

@@ -21,7 +21,7 @@ class CoreClient(Protocol):
 
     def abort(self, seq_ids: list[str]) -> None: ...
 
-    def health(self) -> HealthReport: ...
+    def health(self, timeout_s: float | None = None) -> HealthReport: ...
 
     def wait_ready(self, timeout_s: float | None) -> None: ...
 
@@ -49,8 +49,8 @@ class InProcessCore:
         for seq_id in seq_ids:
             self.core.abort(seq_id)
 
-    def health(self) -> HealthReport:
-        return self.core.health()
+    def health(self, timeout_s: float | None = None) -> HealthReport:
+        return self.core.health()  # in this process: never waits
 
     def wait_ready(self, timeout_s: float | None) -> None:
         self.core.wait_ready(timeout_s)

@@ -60,3 +60,17 @@ def test_app_answers_503_fast_while_the_engine_is_unreachable():
     assert client.post("/invocations", json={"inputs": "a"}).status_code == 503
     assert client.post("/invocations", json={"messages": [{"role": "user", "content": "a"}]}).status_code == 503
     link.shutdown()
+
+
+def test_health_checks_give_a_busy_engine_the_configured_time():
+    asked = []
+
+    class Engine(FakeEngine):
+        def health(self, timeout_s=None):
+            asked.append(timeout_s)
+            return super().health()
+
+    link = EngineLink(lambda: Engine(), "/tmp/x.sock", retry_interval_s=0.01, health_timeout_s=5.0).start()
+    wait_for(lambda: link.health().state is EngineState.READY)
+    assert set(asked) == {5.0}
+    link.shutdown()
