@@ -162,18 +162,12 @@ def kill_and_watch(server: Server, pid: int, streams: list[Stream]) -> None:
     assert server.proc.wait(60) == 1, server.log()  # a child died: exit code 1
 
 
-def test_killing_the_model_worker_mid_stream(tiny_llama_dir, tmp_path):
+@pytest.mark.parametrize("victim", ["model_worker", "engine"])
+def test_killing_a_process_mid_stream(tiny_llama_dir, tmp_path, victim):
     server = started(fake_serve(tiny_llama_dir, tmp_path / "serve.log", STEP_S, **LIMITS))
     try:
-        kill_and_watch(server, server.model_worker_pid(), [Stream(server, 100) for _ in range(3)])
-    finally:
-        server.stop()
-
-
-def test_killing_the_engine_mid_stream(tiny_llama_dir, tmp_path):
-    server = started(fake_serve(tiny_llama_dir, tmp_path / "serve.log", STEP_S, **LIMITS))
-    try:
-        kill_and_watch(server, server.engine_pid(), [Stream(server, 100) for _ in range(3)])
+        pid = server.model_worker_pid() if victim == "model_worker" else server.engine_pid()
+        kill_and_watch(server, pid, [Stream(server, 100) for _ in range(3)])
     finally:
         server.stop()
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import pytest
 import requests
 from hypothesis import given
 from hypothesis import strategies as st
-from serve_helpers import free_port, wait_for_ping
+from serve_helpers import free_port, stop_process, wait_for_ping
 
 from llm_byoc.api.serve import OVERFLOW_CONNECTIONS, WORKER_CLASS
 
@@ -48,12 +47,7 @@ class Gunicorn:
         self.proc = subprocess.Popen(command, env=full_env, stdout=self._log, stderr=subprocess.STDOUT)
 
     def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc, 30)
         self._log.close()
 
 

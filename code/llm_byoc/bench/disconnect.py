@@ -14,10 +14,8 @@ idle engine. Writes benchmarks/results/disconnect-LABEL.json.
 from __future__ import annotations
 
 import argparse
-import datetime
 import http.client
 import json
-import os
 import re
 import socket
 import sys
@@ -25,10 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from .report import write_json
-from .serve_process import ServeProcess
+from .serve_process import ServeProcess, save_result
 
-RESULTS = Path("benchmarks/results")
 GAUGES = re.compile(r"^llm_byoc_num_requests_(running|waiting)\s+([0-9.e+]+)$", re.M)
 
 
@@ -111,12 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         freed = f"freed {r['seconds_to_free']:.2f} s after the close" if r["freed"] else f"NOT freed in {args.wait:.0f} s"
         print(f"[{args.label}] {r['clients']} {kind} (running, waiting before close: "
               f"{r['running_waiting_before_close']}): {freed}")
-    out = args.out or RESULTS / f"disconnect-{args.label}.json"
-    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "out"}
-    write_json({"created_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                "loadavg_at_end": os.getloadavg(),  # other work on the machine skews every figure
-                "config": config, "scenarios": results, "serve_exit_code": exit_code}, out)
-    print(f"wrote {out}")
+    save_result("disconnect", args, scenarios=results, serve_exit_code=exit_code)
     return 0
 
 

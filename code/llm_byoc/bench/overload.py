@@ -18,10 +18,8 @@ memory of each server process. Writes benchmarks/results/overload-LABEL.json.
 from __future__ import annotations
 
 import argparse
-import datetime
 import http.client
 import json
-import os
 import random
 import shutil
 import sys
@@ -31,13 +29,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from .report import write_json
-from .serve_process import ConnectionHolders, Probe, ServeProcess
+from .serve_process import save_result, ConnectionHolders, Probe, ServeProcess
 from .stats import distribution
 from .targets import HttpTarget, RequestFailed
 from .workload import RequestSpec, make_prompt
 
-RESULTS = Path("benchmarks/results")
 HANG_GRACE_S = 30.0
 MME_MODEL = "bench-model"
 LATE_AFTER_S = 1.5  # after the burst is sent, while the server is full
@@ -218,12 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     figures = run(args)
     print(format_report(args.label, figures))
-    out = args.out or RESULTS / f"overload-{args.label}.json"
-    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "out"}
-    write_json({"created_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                "loadavg_at_end": os.getloadavg(),  # other work on the machine skews every figure
-                "config": config, "figures": figures}, out)
-    print(f"wrote {out}")
+    save_result("overload", args, figures=figures)
     return 0
 
 

@@ -7,6 +7,7 @@ Everything talks to 127.0.0.1 only and is bounded in time.
 
 from __future__ import annotations
 
+import datetime
 import http.client
 import multiprocessing
 import os
@@ -22,10 +23,26 @@ from collections import Counter
 from pathlib import Path
 
 from ..multimodel.worker_client import process_tree, rss_bytes
+from .report import write_json
 from .stats import distribution
 
 SERVE = [sys.executable, "-m", "llm_byoc.api.serve"]
 PING_TIMEOUT_S = 30.0
+RESULTS = Path("benchmarks/results")
+
+
+def save_result(kind: str, args, **figures) -> Path:
+    """benchmarks/results/KIND-LABEL.json (or ``args.out``): the settings, the figures, the machine's load."""
+    out = args.out or RESULTS / f"{kind}-{args.label}.json"
+    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "out"}
+    write_json({
+        "created_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "loadavg_at_end": os.getloadavg(),  # other work on the machine skews every figure
+        "config": config,
+        **figures,
+    }, out)
+    print(f"wrote {out}")
+    return out
 
 
 def free_port() -> int:

@@ -16,8 +16,6 @@ Writes benchmarks/results/soak-LABEL.json.
 from __future__ import annotations
 
 import argparse
-import datetime
-import os
 import random
 import sys
 import tempfile
@@ -26,12 +24,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from .report import write_json
-from .serve_process import Probe, ServeProcess
+from .serve_process import save_result, Probe, ServeProcess
 from .targets import HttpTarget, RequestFailed
 from .workload import RequestSpec, make_prompt
 
-RESULTS = Path("benchmarks/results")
 MIB = 1024 * 1024
 
 
@@ -137,12 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     figures = run(args)
     print(format_report(args.label, figures))
-    out = args.out or RESULTS / f"soak-{args.label}.json"
-    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "out"}
-    write_json({"created_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                "loadavg_at_end": os.getloadavg(),  # other work on the machine skews every figure
-                "config": config, "figures": figures}, out)
-    print(f"wrote {out}")
+    save_result("soak", args, figures=figures)
     return 0
 
 

@@ -6,18 +6,12 @@ import time
 
 import pytest
 from fakes.fake_engine import FakeEngine
+from fixtures.waiting import wait_for
 from llm_byoc.api.app import create_app
 from llm_byoc.api.engine_link import EngineLink
 from llm_byoc.config import ServerConfig
 from llm_byoc.errors import EngineNotReady
 from llm_byoc.protocol import EngineState, SamplingParams
-
-
-def wait_for(predicate, timeout_s=5.0):
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
 
 
 def test_retries_until_the_engine_answers_then_delegates():

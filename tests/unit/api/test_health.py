@@ -5,15 +5,9 @@ from __future__ import annotations
 import threading
 import time
 
+from fixtures.waiting import wait_for
 from llm_byoc.api.health import HealthCache
 from llm_byoc.protocol import EngineState, HealthReport
-
-
-def wait_for(condition, timeout_s=5.0):
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition never held"
-        time.sleep(0.01)
 
 
 def test_reports_come_from_the_cache_and_follow_the_engine():
