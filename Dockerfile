@@ -69,7 +69,15 @@ ENV LLM_BYOC_DEVICE=${DEVICE} \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
 
 COPY container/serve /usr/local/bin/serve
-RUN chmod 0755 /usr/local/bin/serve && mkdir -p /opt/ml/model
+# `serve` runs as an unprivileged user: the engine socket's key then guards
+# against other users, and nothing a model or a request could reach runs as
+# root. /opt/ml/model (SageMaker's model.tar.gz, or a `docker run -v` mount)
+# only needs to be readable by it; its home holds the caches.
+RUN chmod 0755 /usr/local/bin/serve \
+ && useradd --system --uid 10001 --user-group --create-home --home-dir /home/llmbyoc --shell /usr/sbin/nologin llmbyoc \
+ && mkdir -p /opt/ml/model /opt/ml/models
+USER 10001:10001
+ENV HOME=/home/llmbyoc
 
 EXPOSE 8080
 # Exec form: `serve` is PID 1 and receives SIGTERM from `docker stop` / SageMaker.

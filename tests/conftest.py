@@ -7,10 +7,19 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fixtures.tiny_models import build_tiny_llama, build_tiny_opt  # noqa: E402
+
+# Property-based tests (the fuzz suites): "ci" is the default, reproducible and
+# bounded; `pytest --hypothesis-profile=thorough` searches much wider.
+_FUZZ = dict(deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("ci", max_examples=400, derandomize=True, **_FUZZ)
+settings.register_profile("thorough", max_examples=5000, **_FUZZ)
+settings.load_profile("ci")
 
 
 def pytest_configure(config: pytest.Config) -> None:

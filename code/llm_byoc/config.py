@@ -44,7 +44,7 @@ ENV_ADAPTER_ROOTS = "LLM_BYOC_ADAPTER_ROOTS"
 ENV_SESSION_KV_SHARE = "LLM_BYOC_SESSION_KV_SHARE"
 ENV_SESSION_TTL = "LLM_BYOC_SESSION_TTL"
 # Server
-ENV_HTTP_THREADS = "LLM_BYOC_HTTP_THREADS"
+ENV_MAX_CONNECTIONS = "LLM_BYOC_MAX_CONNECTIONS"
 ENV_ENGINE_SOCKET = "LLM_BYOC_ENGINE_SOCKET"
 ENV_GRACEFUL_TIMEOUT = "LLM_BYOC_GRACEFUL_TIMEOUT"
 ENV_LOG_LEVEL = "LLM_BYOC_LOG_LEVEL"
@@ -215,11 +215,11 @@ class ServerConfig:
     host: str = "0.0.0.0"
     port: int = 8080
     workers: int = 1  # gunicorn worker processes (each a thin front end)
-    threads: int = 128  # threads per worker: one per open streaming connection
-    timeout_s: int = 60  # SAGEMAKER_MODEL_SERVER_TIMEOUT: per-request budget
+    max_connections: int = 1024  # open connections per worker, each with a thread of its own; more is 429
+    timeout_s: int = 60  # SAGEMAKER_MODEL_SERVER_TIMEOUT: per-request budget, counted from arrival
     max_payload_bytes: int = 6 * 1024 * 1024
     multi_model: bool = False
-    engine_socket: str = "/tmp/llm_byoc_engine.sock"
+    engine_socket: str = ""  # empty: serve makes a private (0700) directory for it
     graceful_timeout_s: int = 30  # SIGTERM: in-flight streams get this long to finish
     log_level: str = "info"
     served_model_name: str = ""  # the base model's name in responses and OpenAI "model"; "": the folder's name
@@ -227,7 +227,7 @@ class ServerConfig:
     def __post_init__(self) -> None:
         _require(0 < self.port < 65536, f"{ENV_BIND_PORT} must be a TCP port, not {self.port}")
         _require(self.workers >= 1, f"{ENV_SERVER_WORKERS} must be >= 1")
-        _require(self.threads >= 1, f"{ENV_HTTP_THREADS} must be >= 1")
+        _require(self.max_connections >= 1, f"{ENV_MAX_CONNECTIONS} must be >= 1")
         _require(self.timeout_s >= 1, f"{ENV_SERVER_TIMEOUT} must be >= 1")
         _require(self.max_payload_bytes >= 1, f"{ENV_MAX_PAYLOAD_MB} must be >= 1")
         _require(self.graceful_timeout_s >= 0, f"{ENV_GRACEFUL_TIMEOUT} must be >= 0")
@@ -238,11 +238,11 @@ class ServerConfig:
         return cls(
             port=_int(env, ENV_BIND_PORT, 8080),
             workers=_int(env, ENV_SERVER_WORKERS, 1),
-            threads=_int(env, ENV_HTTP_THREADS, 128),
+            max_connections=_int(env, ENV_MAX_CONNECTIONS, 1024),
             timeout_s=_int(env, ENV_SERVER_TIMEOUT, 60),
             max_payload_bytes=_int(env, ENV_MAX_PAYLOAD_MB, 6) * 1024 * 1024,
             multi_model=_bool(env, ENV_MULTI_MODEL, False),
-            engine_socket=env.get(ENV_ENGINE_SOCKET) or "/tmp/llm_byoc_engine.sock",
+            engine_socket=env.get(ENV_ENGINE_SOCKET) or "",
             graceful_timeout_s=_int(env, ENV_GRACEFUL_TIMEOUT, 30),
             log_level=(env.get(ENV_LOG_LEVEL) or "info").lower(),
             served_model_name=(env.get(ENV_SERVED_MODEL_NAME) or "").strip(),

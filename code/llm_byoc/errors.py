@@ -31,6 +31,13 @@ class InvalidRequest(ServingError):
     error_type = "invalid_request"
 
 
+class ClientTimeout(ServingError):
+    """The client stopped sending its request body (or went away while sending it)."""
+
+    status_code = 408
+    error_type = "client_timeout"
+
+
 class ModelNotFound(ServingError):
     status_code = 404
     error_type = "model_not_found"
@@ -62,8 +69,17 @@ class UnsupportedMediaType(ServingError):
 
 
 class QueueFull(ServingError):
+    """Running + waiting sequences are at capacity (answered with ``Retry-After``)."""
+
     status_code = 429
     error_type = "queue_full"
+
+
+class TooManyConnections(ServingError):
+    """An HTTP worker holds its limit of open connections (answered with ``Retry-After``)."""
+
+    status_code = 429
+    error_type = "too_many_connections"
 
 
 class EngineNotReady(ServingError):
@@ -74,6 +90,13 @@ class EngineNotReady(ServingError):
 class EngineDead(ServingError):
     status_code = 503
     error_type = "engine_dead"
+
+
+class ShuttingDown(ServingError):
+    """The server stopped (SIGTERM) before the request could finish."""
+
+    status_code = 503
+    error_type = "shutting_down"
 
 
 class RequestTimeout(ServingError):
@@ -98,6 +121,7 @@ _BY_TYPE: dict[str, type[ServingError]] = {
     for cls in (
         ServingError,
         InvalidRequest,
+        ClientTimeout,
         ModelNotFound,
         ModelAlreadyLoaded,
         AdapterNotFound,
@@ -105,8 +129,10 @@ _BY_TYPE: dict[str, type[ServingError]] = {
         PayloadTooLarge,
         UnsupportedMediaType,
         QueueFull,
+        TooManyConnections,
         EngineNotReady,
         EngineDead,
+        ShuttingDown,
         RequestTimeout,
         InsufficientMemory,
         ModelLoadError,

@@ -84,6 +84,15 @@ def test_bad_requests(container):
     assert response.status_code == 415
 
 
+def test_every_process_runs_unprivileged_and_the_socket_is_private(container):
+    name, url = container
+    uids = docker("exec", name, "sh", "-c", "for s in /proc/[0-9]*/status; do grep '^Uid:' $s; done").stdout
+    assert uids.strip() and all(line.split()[1:] == ["10001"] * 4 for line in uids.strip().splitlines()), uids
+    private = docker("exec", name, "sh", "-c", "stat -c '%a %U %n' /tmp/llm_byoc-*").stdout.split()
+    assert private[:2] == ["700", "llmbyoc"], private
+    assert requests.get(f"{url}/openapi.json", timeout=10).json()["openapi"].startswith("3.1")
+
+
 def test_docker_stop_exits_0(container):
     name, _ = container
     exit_code, logs = stop_and_exit_code(name)

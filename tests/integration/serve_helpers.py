@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
 import requests
+
+REPO = Path(__file__).resolve().parents[2]
+SERVE = REPO / "container" / "serve"
+STARTUP_S = 180
 
 
 def free_port() -> int:
@@ -76,3 +84,56 @@ def serve_env(model_dir: Path, port: int, socket_path: str, **extra: str) -> dic
     )
     env.update(extra)
     return env
+
+
+class Server:
+    """The real ``serve`` as a subprocess on a free port (``command`` replaces it, e.g. FAKE_SERVE)."""
+
+    def __init__(self, model_dir: Path, log_path: Path, command: list[str] | None = None, **env: str):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        socket_path = os.path.join(tempfile.mkdtemp(prefix="llmb"), "engine.sock")
+        self.log_path = log_path
+        self._log = open(log_path, "wb")
+        self.proc = subprocess.Popen(
+            command or [sys.executable, str(SERVE), "serve"],
+            env=serve_env(model_dir, self.port, socket_path, **env),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def engine_pid(self) -> int:
+        return next(pid for pid, cmd in children_of(self.proc.pid).items() if "engine_server" in cmd or
+                    "llm_byoc.engine.server" in cmd)
+
+    def model_worker_pid(self) -> int:
+        """The engine's model worker (a multiprocessing child of the engine process)."""
+        return next(pid for pid, cmd in children_of(self.engine_pid()).items() if "resource_tracker" not in cmd)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+    def stop(self) -> None:
+        stop_process(self.proc, 60)
+        self._log.close()
+
+
+def stop_process(proc: subprocess.Popen, grace_s: float) -> None:
+    """SIGTERM, then SIGKILL after ``grace_s``."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def fake_serve(model_dir: Path, log_path: Path, step_delay_s: float = 0.0, **env: str) -> Server:
+    """``serve`` with everything real but the model worker (tests/fakes/fake_serve.py):
+    ``model_dir`` only lends its tokenizer (384 tokens, as the fake's vocabulary)."""
+    command = [sys.executable, "-m", "fakes.fake_serve", "--model", str(model_dir), "--vocab-size", "384",
+               "--step-delay", str(step_delay_s)]
+    tests = str(REPO / "tests")
+    pythonpath = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), tests) if p)
+    return Server(model_dir, log_path, command=command, PYTHONPATH=pythonpath, **env)

@@ -9,6 +9,7 @@ import torch
 from llm_byoc.api.app import create_app
 from llm_byoc.config import EngineConfig, ServerConfig
 from llm_byoc.engine.llm_engine import LLMEngine
+from fixtures.sse_events import parse_sse
 
 pytestmark = pytest.mark.slow
 
@@ -25,14 +26,6 @@ def opt_engine(tiny_opt_dir):
 @pytest.fixture(scope="module")
 def client(opt_engine):
     return create_app(opt_engine, ServerConfig(timeout_s=60)).test_client()
-
-
-def parse_sse(raw: bytes) -> list:
-    import json
-
-    blocks = raw.decode().split("\n\n")
-    assert blocks[-1] == ""
-    return [b[6:] if b == "data: [DONE]" else json.loads(b[6:]) for b in blocks[:-1]]
 
 
 def test_ping(client):

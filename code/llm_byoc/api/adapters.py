@@ -60,13 +60,13 @@ def register_adapter_routes(app: Flask, engine: Any, max_payload_bytes: int) -> 
     def list_adapters():
         return jsonify(adapters=[_status_json(s) for s in engine.list_adapters()])
 
-    @app.get("/adapters/<name>")
-    def describe_adapter(name: str):
+    @app.get("/adapters/<adapter_name>")
+    def describe_adapter(adapter_name: str):
         for status in engine.list_adapters():
-            if status.name == name:
+            if status.name == adapter_name:
                 return jsonify(adapter=_status_json(status))
-        raise AdapterNotFound(f"adapter {name!r} is not registered")
+        raise AdapterNotFound(f"adapter {adapter_name!r} is not registered")
 
-    @app.delete("/adapters/<name>")
-    def unregister_adapter(name: str):
-        return jsonify(adapter=_status_json(engine.unregister_adapter(name)[0]))
+    @app.delete("/adapters/<adapter_name>")
+    def unregister_adapter(adapter_name: str):
+        return jsonify(adapter=_status_json(engine.unregister_adapter(adapter_name)[0]))

@@ -3,52 +3,63 @@
   GET  /ping                  200 when the model is loaded and its worker alive, else 503
   POST /invocations           TGI or OpenAI style generation, plain JSON or SSE stream
   GET  /execution-parameters  batch transform settings
+  GET  /openapi.json          this API as an OpenAPI 3.1 document
 
 ``engine`` is anything with the LLMEngine front-end API (``health``, ``submit``,
 ``tokenizer``): an ``LLMEngine``, or the ``EngineLink`` the wsgi entry uses to
 reach the engine process. Errors are ``ServingError``s, turned into JSON by
-the one handler in ``api.errors``.
+the one handler in ``api.errors``. ``/ping`` answers from ``HealthCache``
+and never waits on the engine; a connection over the worker's limit
+(``OVER_CAPACITY``, see ``http_worker``) gets 429 for anything but ``/ping``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import secrets
 from typing import Any
 
-from flask import Flask, Response, g, jsonify, request, stream_with_context
+from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from ..config import MultiModelConfig, ServerConfig
-from ..errors import EngineDead, EngineNotReady, PayloadTooLarge
+from ..errors import EngineDead, EngineNotReady, PayloadTooLarge, TooManyConnections
 from ..logging_setup import context_from_headers, reset_request_context, set_request_context
 from ..metrics import engine_refresher, register_metrics_route
 from ..protocol import EngineState, KVCacheStats, ModelInfo
-from .adapters import chosen_adapter, register_adapter_routes
-from .body import read_json
+from .adapters import register_adapter_routes
+from .admission import Deadline, SequenceGate
+from .client_watch import ClientWatch
 from .errors import error_response, register_error_handlers
+from .health import REFRESH_S, HealthCache
+from .http_worker import OVER_CAPACITY, set_io_timeouts
+from .invocations import CLIENT_SOCKET, InvocationRoute
+from .openapi import register_openapi_route
 from .request_log import RequestLog
-from .schemas import ResponseContext, parse_invocation
-from .sse import SSE_MIMETYPE, sse_headers
-from .streaming import stream_frames
+from .schemas import ResponseContext
 
 CUSTOM_ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
 MIB = 1024 * 1024
 
 
-def create_app(engine: Any, config: ServerConfig) -> Flask:
+def create_app(
+    engine: Any, config: ServerConfig, capacity: int | None = None, health_refresh_s: float = REFRESH_S
+) -> Flask:
+    """``capacity``: the engine's running + waiting sequences (None: only the engine decides);
+    ``health_refresh_s``: how often /ping's report is refreshed (0: ask on every ping)."""
     app = _base_app(config)
     register_metrics_route(app, refresh=engine_refresher(engine))
     register_adapter_routes(app, engine, config.max_payload_bytes)
     model = _ModelFacts(engine, config.served_model_name)
+    health = HealthCache(lambda: engine.health(), refresh_s=health_refresh_s)
+    gate = SequenceGate(capacity) if capacity else None
+    app.add_url_rule(
+        "/invocations", "invocations", InvocationRoute(engine, config, model, gate, ClientWatch()), methods=["POST"]
+    )
 
     @app.get("/ping")
     def ping():
-        try:
-            report = engine.health()
-        except Exception as exc:  # an engine we cannot even ask is as good as dead
-            return error_response(503, f"engine health check failed: {exc}", EngineDead.error_type)
+        report = health.report()
         if report.state is EngineState.READY:
             kv, lora = report.kv_cache, report.lora
             return jsonify(status="ready", num_waiting=report.num_waiting, num_running=report.num_running,
@@ -56,29 +67,6 @@ def create_app(engine: Any, config: ServerConfig) -> Flask:
                            lora=None if lora is None else dataclasses.asdict(lora))
         error_type = EngineDead.error_type if report.state is EngineState.DEAD else EngineNotReady.error_type
         return error_response(503, report.detail or f"the engine is {report.state.value}", error_type)
-
-    @app.post("/invocations")
-    def invocations():
-        invocation = parse_invocation(read_json(request, config.max_payload_bytes), lambda: engine.tokenizer)
-        request_log: RequestLog = g.request_log
-        ctx = model.context(request_log.request_id)
-        engine_id = f"{request_log.request_id}-{secrets.token_hex(4)}"  # unique even if a caller reuses ids
-        adapter = chosen_adapter(request.headers, invocation.adapter, invocation.model, model.base_names())
-        request_log.adapter = adapter
-        handle = engine.submit(invocation.prompts, invocation.params, request_id=engine_id, adapter=adapter)
-        if invocation.stream:
-            g.streaming = True
-            frames = stream_frames(handle, invocation.stream_writer(ctx), config.timeout_s, request_log)
-            response = Response(stream_with_context(frames), mimetype=SSE_MIMETYPE, headers=sse_headers())
-            response.call_on_close(lambda: _closed_unread(handle, request_log))
-            return response
-        try:
-            results = handle.result(timeout_s=config.timeout_s)
-        except BaseException:
-            handle.abort()
-            raise
-        request_log.on_results(results)
-        return jsonify(invocation.response(results, ctx))
 
     @app.get("/execution-parameters")
     def execution_parameters():
@@ -103,13 +91,6 @@ def kv_cache_json(kv: KVCacheStats) -> dict:
     }
 
 
-def _closed_unread(handle: Any, request_log: RequestLog) -> None:
-    """A body closed before its first chunk never runs the generator's cleanup:
-    abort and log here too (both are no-ops once the stream itself ended)."""
-    handle.abort()
-    request_log.finish(200, stream_status="closed_unread")
-
-
 def create_multi_model_app(config: ServerConfig, multi_model: MultiModelConfig) -> Flask:
     """SAGEMAKER_MULTI_MODEL=true: the multi-model routes own /ping and /invocations."""
     from ..multimodel import register_multi_model_routes  # imported only in this mode
@@ -130,11 +111,26 @@ def _base_app(config: ServerConfig) -> Flask:
         message = f"request body over the {config.max_payload_bytes} byte limit (SAGEMAKER_MAX_PAYLOAD_IN_MB)"
         return error_response(413, message, PayloadTooLarge.error_type)
 
+    register_openapi_route(app)
+
     @app.before_request
     def _start_log():
         context = context_from_headers(request.headers)  # every log line of the request carries its id
         g.log_context_token = set_request_context(context)
         g.request_log = RequestLog(context.request_id, request.method, request.path)
+        g.deadline = Deadline(config.timeout_s, g.request_log.started)
+
+    @app.before_request
+    def _guard_connection():
+        if request.environ.get(OVER_CAPACITY):
+            if request.path != "/ping":
+                raise TooManyConnections(
+                    f"the server holds its limit of {config.max_connections} connections per worker "
+                    "(LLM_BYOC_MAX_CONNECTIONS); retry later"
+                )
+        elif request.environ.get(CLIENT_SOCKET) is not None:
+            # A client that stalls sending its body or reading its answer for a whole budget is cut off.
+            set_io_timeouts(request.environ[CLIENT_SOCKET], config.timeout_s)
 
     @app.after_request
     def _finish_log(response: Response):

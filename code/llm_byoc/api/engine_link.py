@@ -24,10 +24,14 @@ log = logging.getLogger(__name__)
 
 
 class EngineLink:
-    def __init__(self, connect: Callable[[], Any], where: str, retry_interval_s: float = 0.5):
+    def __init__(
+        self, connect: Callable[[], Any], where: str, retry_interval_s: float = 0.5, health_timeout_s: float | None = None
+    ):
+        """``health_timeout_s``: how long a health check may wait for the engine (None: the engine's default)."""
         self._connect = connect
         self._where = where
         self._retry_interval_s = retry_interval_s
+        self._health_kwargs = {} if health_timeout_s is None else {"timeout_s": health_timeout_s}
         self._engine: Any = None
         self._warm = False  # the tokenizer is loaded in this process
         self._stopped = threading.Event()
@@ -84,7 +88,7 @@ class EngineLink:
         engine = self._engine
         if engine is None:
             return HealthReport(state=EngineState.LOADING, detail=f"connecting to the engine at {self._where}")
-        report = engine.health()
+        report = engine.health(**self._health_kwargs)
         if report.state is EngineState.READY and not self._warm:
             return HealthReport(EngineState.LOADING, "loading the tokenizer", report.info)
         return report

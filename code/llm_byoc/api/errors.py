@@ -2,6 +2,7 @@
 
 Anything that is not a ServingError is a bug or an outage on our side: the
 client gets a generic 500 and the details go to the log, never the response.
+A 429 (overload) and a 503 while the model loads carry ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -11,14 +12,18 @@ import logging
 from flask import Flask, jsonify
 from werkzeug.exceptions import HTTPException
 
-from ..errors import ServingError
+from ..errors import EngineNotReady, ServingError
 
 log = logging.getLogger(__name__)
+
+RETRY_AFTER_S = 1  # what a refused client is told to wait: capacity frees up as tokens are made
 
 
 def error_response(status: int, message: str, error_type: str):
     response = jsonify({"error": message, "type": error_type})
     response.status_code = status
+    if status == 429 or error_type == EngineNotReady.error_type:
+        response.headers["Retry-After"] = str(RETRY_AFTER_S)
     return response
 
 

@@ -20,13 +20,17 @@ from ..engine.outputs import GenerationResult, TokenEvent
 from ..errors import InvalidRequest
 from ..protocol import FinishReason, SamplingParams
 from .schemas import (
+    MAX_CONTENT_PARTS,
+    MAX_MESSAGES,
     ResponseContext,
+    check_length,
     opt_bool,
     opt_int,
     opt_number,
     opt_stop,
     reject_unknown,
     require_object,
+    sampling_temperature,
     str_or_str_list,
 )
 from .sse import DONE
@@ -169,6 +173,7 @@ def render_chat(messages: list[dict], tokenizer: Any) -> list[int]:
 def _messages(value: Any) -> list[dict]:
     if not isinstance(value, list) or not value:
         raise InvalidRequest("messages must be a non-empty array of {role, content} objects")
+    check_length(value, MAX_MESSAGES, "messages")
     out = []
     for i, message in enumerate(value):
         message = require_object(message, f"messages[{i}]")
@@ -185,6 +190,7 @@ def _content(value: Any, i: int) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, list):
+        check_length(value, MAX_CONTENT_PARTS, f"messages[{i}].content")
         texts = []
         for part in value:
             if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
@@ -209,7 +215,7 @@ def _invocation(body: dict, prompts: list, chat: bool, max_tokens: int | None) -
     temperature = opt_number(body, "temperature")
     params = SamplingParams(
         max_new_tokens=SamplingParams.max_new_tokens if max_tokens is None else max_tokens,
-        temperature=1.0 if temperature is None else temperature,
+        temperature=1.0 if temperature is None else sampling_temperature(temperature),
         top_p=1.0 if body.get("top_p") is None else opt_number(body, "top_p"),
         stop=opt_stop(body),
         seed=opt_int(body, "seed", minimum=0),

@@ -6,7 +6,8 @@ Three styles arrive on ``POST /invocations``:
   {"prompt": ...}    OpenAI (legacy) completions     -> openai.py
 Each parser returns an ``Invocation``: the prompts and SamplingParams to submit,
 and how to write the results (one JSON body, or server-sent events).
-Unknown fields and wrong types are refused with a 400 naming the field.
+Unknown fields and wrong types are refused with a 400 naming the field; lists
+longer than their limit (below) with a 400 naming the limit.
 """
 
 from __future__ import annotations
@@ -20,6 +21,15 @@ from typing import Any, Protocol
 from ..engine.outputs import GenerationResult, TokenEvent
 from ..errors import InvalidRequest
 from ..protocol import SamplingParams
+
+MAX_PROMPTS = 64  # "inputs" / "prompt" lists: each prompt is a sequence in the engine
+MAX_MESSAGES = 1024  # chat "messages"
+MAX_CONTENT_PARTS = 256  # text parts of one message's "content"
+MAX_STOP = 16  # stop strings (the engine's limit too)
+# Below this a temperature is greedy in all but name, and logits / a tiny
+# temperature overflow float32 (the sampler would fail the whole batch's step).
+MIN_TEMPERATURE = 1e-5
+REPETITION_PENALTY_RANGE = (0.01, 100.0)
 
 
 @dataclass(frozen=True)
@@ -94,6 +104,21 @@ def opt_number(obj: Mapping[str, Any], key: str) -> float | None:
     return float(value)
 
 
+def sampling_temperature(value: float) -> float:
+    """A positive temperature too small to differ from greedy decoding is greedy (as in vLLM)."""
+    return 0.0 if 0 < value < MIN_TEMPERATURE else value
+
+
+def opt_repetition_penalty(obj: Mapping[str, Any], key: str = "repetition_penalty") -> float:
+    value = opt_number(obj, key)
+    if value is None:
+        return 1.0
+    low, high = REPETITION_PENALTY_RANGE
+    if not low <= value <= high:
+        raise InvalidRequest(f"{key} must be from {low:g} to {high:g}, got {value:g}")
+    return value
+
+
 def opt_bool(obj: Mapping[str, Any], key: str) -> bool | None:
     value = obj.get(key)
     if value is None:
@@ -112,7 +137,13 @@ def opt_stop(obj: Mapping[str, Any], key: str = "stop") -> tuple[str, ...]:
         value = [value]
     if not isinstance(value, list) or not all(isinstance(s, str) and s for s in value):
         raise InvalidRequest(f"{key} must be a non-empty string or a list of non-empty strings")
+    check_length(value, MAX_STOP, key)
     return tuple(value)
+
+
+def check_length(items: Sequence[Any], limit: int, key: str) -> None:
+    if len(items) > limit:
+        raise InvalidRequest(f"{key} holds {len(items)} items; the limit is {limit}")
 
 
 def str_or_str_list(value: Any, key: str) -> tuple[list[str], bool]:
@@ -121,6 +152,7 @@ def str_or_str_list(value: Any, key: str) -> tuple[list[str], bool]:
     items = value if as_list else [value]
     if not items:
         raise InvalidRequest(f"{key} must not be an empty list")
+    check_length(items, MAX_PROMPTS, key)
     for i, item in enumerate(items):
         if not isinstance(item, str):
             where = f"{key}[{i}]" if as_list else key

@@ -2,7 +2,8 @@
 
   serve                       (what ``docker run IMAGE serve`` runs)
     ├─ python -m llm_byoc.engine.server     the one copy of the model
-    └─ gunicorn (gthread) llm_byoc.api.wsgi  HTTP workers, thin front ends
+    └─ gunicorn llm_byoc.api.wsgi           HTTP workers, thin front ends
+       (ThreadPerConnectionWorker: a thread for each connection, 429 beyond the limit)
 
 SIGTERM or SIGINT: gunicorn stops accepting and lets in-flight streams finish
 within the graceful timeout, then the engine stops; exit 0. A child that dies
@@ -13,24 +14,34 @@ LLM_BYOC_MULTI_MODEL_BACKEND=triton, ``tritonserver`` is a third child
 (``python -m llm_byoc.triton.server`` execs it), supervised like the engine:
 if it dies, ``serve`` exits non-zero; on SIGTERM it stops after gunicorn.
 
-Children run in their own process group (a terminal's Ctrl-C reaches only
-``serve``, which shuts down in order) and get SIGTERM if ``serve`` itself dies.
-As PID 1 in a container, ``serve`` also reaps orphans the engine leaves behind.
+Exit codes: 0 stopped by SIGTERM/SIGINT and every child stopped in time;
+1 a child exited on its own (the model failed to load, the engine or its model
+worker died, gunicorn could not start) or had to be killed at shutdown;
+2 a bad setting (the message names the variable) or argument.
+
+The engine socket and its key live in a fresh private directory (0700) unless
+``LLM_BYOC_ENGINE_SOCKET`` names one. Children run in their own process group
+(a terminal's Ctrl-C reaches only ``serve``, which shuts down in order) and get
+SIGTERM if ``serve`` itself dies. As PID 1 in a container, ``serve`` also reaps
+orphans the engine leaves behind.
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import dataclasses
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 
-from ..config import MultiModelConfig, ServerConfig
+from ..config import ENV_ENGINE_SOCKET, ConfigError, EngineConfig, MultiModelConfig, ServerConfig
+from ..engine import ipc
 from ..logging_setup import configure_logging
 from ..metrics import ENV_PROMETHEUS_MULTIPROC_DIR
 
@@ -38,6 +49,9 @@ log = logging.getLogger("llm_byoc.serve")
 
 ENGINE_STOP_TIMEOUT_S = 20
 MIN_WORKER_HEARTBEAT_S = 30  # gthread heartbeat; requests are bounded by timeout_s in the app
+OVERFLOW_CONNECTIONS = 128  # accepted beyond LLM_BYOC_MAX_CONNECTIONS to be told 429 (or answered /ping)
+WORKER_CLASS = "llm_byoc.api.http_worker.ThreadPerConnectionWorker"
+EXIT_OK, EXIT_CHILD_FAILED, EXIT_BAD_CONFIG = 0, 1, 2
 _PR_SET_PDEATHSIG = 1
 
 
@@ -45,10 +59,10 @@ def gunicorn_command(config: ServerConfig) -> list[str]:
     workers = 1 if config.multi_model else config.workers
     return [
         sys.executable, "-m", "gunicorn",
-        "--worker-class", "gthread",
+        "--worker-class", WORKER_CLASS,
         "--workers", str(workers),
-        "--threads", str(config.threads),
-        "--worker-connections", str(max(1000, 2 * config.threads)),
+        "--threads", str(config.max_connections),  # one thread per admitted connection
+        "--worker-connections", str(config.max_connections + OVERFLOW_CONNECTIONS),
         "--bind", f"{config.host}:{config.port}",
         "--timeout", str(max(config.timeout_s, MIN_WORKER_HEARTBEAT_S)),
         "--graceful-timeout", str(config.graceful_timeout_s),
@@ -90,9 +104,17 @@ def _spawn(name: str, command: list[str], env: dict[str, str] | None = None) -> 
     return subprocess.Popen(command, process_group=0, preexec_fn=_die_with_parent, env=env)
 
 
+def child_env(config: ServerConfig) -> dict[str, str]:
+    """Both children find the engine socket where serve put it."""
+    env = dict(os.environ)
+    if config.engine_socket:
+        env[ENV_ENGINE_SOCKET] = config.engine_socket
+    return env
+
+
 def gunicorn_env(config: ServerConfig) -> dict[str, str]:
     """Several HTTP workers share their Prometheus metrics through a folder."""
-    env = dict(os.environ)
+    env = child_env(config)
     if config.workers > 1 and not config.multi_model and not env.get(ENV_PROMETHEUS_MULTIPROC_DIR):
         env[ENV_PROMETHEUS_MULTIPROC_DIR] = tempfile.mkdtemp(prefix="llm_byoc_metrics_")
     return env
@@ -100,6 +122,10 @@ def gunicorn_env(config: ServerConfig) -> dict[str, str]:
 
 class Supervisor:
     def __init__(self, config: ServerConfig):
+        self._private_dir = None
+        if not config.multi_model and not config.engine_socket:
+            config = dataclasses.replace(config, engine_socket=ipc.make_private_socket_path())
+            self._private_dir = os.path.dirname(config.engine_socket)
         self.config = config
         self.children: dict[int, tuple[str, subprocess.Popen]] = {}
         self.exit_codes: dict[str, int] = {}
@@ -107,7 +133,7 @@ class Supervisor:
 
     def start(self) -> None:
         if not self.config.multi_model:
-            self._add("engine", _spawn("engine", engine_command()))
+            self._add("engine", _spawn("engine", engine_command(), child_env(self.config)))
         elif MultiModelConfig.from_env().backend == "triton":
             self._add("tritonserver", _spawn("tritonserver", triton_command()))
         self._add("gunicorn", _spawn("gunicorn", gunicorn_command(self.config), gunicorn_env(self.config)))
@@ -137,6 +163,13 @@ class Supervisor:
                 exited.append(name)
 
     def run(self) -> int:
+        try:
+            return self._supervise()
+        finally:
+            if self._private_dir is not None:
+                shutil.rmtree(self._private_dir, ignore_errors=True)
+
+    def _supervise(self) -> int:
         self.start()
         while self.stop_signal is None:
             died = self.reap()
@@ -144,10 +177,10 @@ class Supervisor:
                 for name in died:
                     log.error("%s exited unexpectedly with code %s", name, self.exit_codes[name])
                 self.stop_all()
-                return 1
+                return EXIT_CHILD_FAILED
             time.sleep(0.2)
         clean = self.stop_all()
-        return 0 if clean else 1
+        return EXIT_OK if clean else EXIT_CHILD_FAILED
 
     def stop_all(self) -> bool:
         """gunicorn first (it drains in-flight streams), then the engine or tritonserver."""
@@ -183,8 +216,15 @@ def main(argv: list[str] | None = None) -> int:
     # SageMaker starts the container as `docker run IMAGE serve`; with `serve` as
     # the ENTRYPOINT that arrives here as an argument.
     parser.add_argument("command", nargs="?", choices=["serve"], help="optional, ignored")
-    parser.parse_args(argv)
-    config = ServerConfig.from_env()
+    parser.parse_args(argv)  # exits 2 on a bad argument
+    try:
+        config = ServerConfig.from_env()
+        EngineConfig.from_env()  # checked here too, so a bad setting is exit code 2 whichever child reads it
+        if config.multi_model:
+            MultiModelConfig.from_env()
+    except ConfigError as exc:
+        print(f"serve: {exc}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
     configure_logging(config.log_level)
     supervisor = Supervisor(config)
     signal.signal(signal.SIGTERM, supervisor.request_stop)

@@ -2,9 +2,10 @@
 
 The generator owns the request handle. Whatever ends it — the last token, an
 engine error, the request budget running out, or the client going away (the
-WSGI server closes the generator: GeneratorExit at the current ``yield``) —
-the sequences are aborted if they had not finished, so their batch places and
-KV cache are freed at the next engine step. Once the 200 and the first bytes
+WSGI server closes the generator: GeneratorExit at the current ``yield``; or,
+between tokens, the client watch aborts the handle) — the sequences are
+aborted if they had not finished, so their batch slots and KV cache are freed
+at the next engine step. Once the 200 and the first bytes
 are out, an error can only be reported in-band, as a last event
 ``{"error": ..., "type": ...}``.
 """
@@ -12,11 +13,13 @@ are out, an error can only be reported in-band, as a last event
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import RequestTimeout, ServingError
+from ..engine.outputs import TokenEvent
+from ..errors import ServingError
+from ..protocol import FinishReason
+from .admission import Deadline
 from .request_log import RequestLog
 from .schemas import StreamWriter
 from .sse import sse_event
@@ -24,17 +27,24 @@ from .sse import sse_event
 log = logging.getLogger(__name__)
 
 
-def stream_frames(handle: Any, writer: StreamWriter, timeout_s: float, request_log: RequestLog) -> Iterator[bytes]:
-    deadline = time.monotonic() + timeout_s
+def stream_frames(
+    events: Iterator[TokenEvent], flight: Any, writer: StreamWriter, deadline: Deadline, request_log: RequestLog
+) -> Iterator[bytes]:
+    """SSE frames of ``events`` (``flight.handle.events()``, bounded by the same ``deadline``)."""
+    handle = flight.handle
     finished = False
     status = "ok"
     try:
         yield from _frames(writer.start())
-        for event in handle.events(timeout_s=timeout_s):
+        for event in events:
             request_log.on_token(event)
+            if event.finish_reason is FinishReason.ABORT:
+                flight.raise_if_stopped()  # the server is shutting down: say so
+                status = "aborted"  # the client left (the watch aborted it)
             yield from _frames(writer.on_event(event))
-            if time.monotonic() > deadline and event.finish_reason is None:
-                raise RequestTimeout(f"the request ran past its {timeout_s:g} s budget")
+            if event.finish_reason is None:
+                deadline.remaining()  # RequestTimeout once the budget is spent
+        flight.raise_if_stopped()
         finished = True
         yield from _frames(writer.finish())
     except GeneratorExit:

@@ -29,9 +29,11 @@ from .schemas import (
     opt_bool,
     opt_int,
     opt_number,
+    opt_repetition_penalty,
     opt_stop,
     reject_unknown,
     require_object,
+    sampling_temperature,
     str_or_str_list,
 )
 
@@ -153,7 +155,7 @@ def parse(body: dict) -> TGIInvocation:
         temperature=_temperature(parameters),
         top_p=_or(opt_number(parameters, "top_p"), 1.0),
         top_k=_or(opt_int(parameters, "top_k", minimum=0), 0),
-        repetition_penalty=_or(opt_number(parameters, "repetition_penalty"), 1.0),
+        repetition_penalty=opt_repetition_penalty(parameters),
         stop=opt_stop(parameters),
         seed=opt_int(parameters, "seed", minimum=0),
         ignore_eos=bool(opt_bool(parameters, "ignore_eos")),
@@ -185,7 +187,7 @@ def _temperature(parameters: dict) -> float:
         return 1.0 if wants_sampling else 0.0
     if do_sample and temperature == 0:
         raise InvalidRequest("do_sample=true needs temperature > 0")
-    return temperature
+    return sampling_temperature(temperature)
 
 
 def _or(value: Any, default: Any) -> Any:

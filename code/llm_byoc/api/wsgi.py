@@ -9,19 +9,26 @@ from __future__ import annotations
 
 from flask import Flask
 
-from ..config import MultiModelConfig, ServerConfig
+from ..config import ENV_ENGINE_SOCKET, ConfigError, EngineConfig, MultiModelConfig, ServerConfig
 from ..logging_setup import configure_logging
 from .app import create_app, create_multi_model_app
 from .engine_link import EngineLink
+from .health import PROBE_TIMEOUT_S
+
 
 def create_wsgi_app() -> Flask:
     config = ServerConfig.from_env()
     configure_logging(config.log_level)
     if config.multi_model:
         return create_multi_model_app(config, MultiModelConfig.from_env())
+    if not config.engine_socket:
+        raise ConfigError(f"{ENV_ENGINE_SOCKET} is not set (serve sets it)")
     from ..engine.llm_engine import (
         LLMEngine,  # the engine's front end; the model lives elsewhere
     )
 
-    link = EngineLink(lambda: LLMEngine.connect(config.engine_socket), config.engine_socket).start()
-    return create_app(link, config)
+    engine = EngineConfig.from_env()  # only its limits: the engine process holds the model
+    link = EngineLink(
+        lambda: LLMEngine.connect(config.engine_socket), config.engine_socket, health_timeout_s=PROBE_TIMEOUT_S
+    ).start()
+    return create_app(link, config, capacity=engine.max_num_seqs + engine.max_waiting)

@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 
 from .. import cpu
-from ..protocol import SamplingParams
 from .engine_bench import bench_prompts, result_line, run_engine, start_engine
 
 

@@ -99,13 +99,15 @@ class SocketCoreClient:
             raise EngineDead(self._dead or "lost the connection to the engine server")
         return call.reply
 
-    def health(self) -> HealthReport:
+    def health(self, timeout_s: float | None = None) -> HealthReport:
+        """DEAD at once when the connection is gone; DEAD too when no answer comes within ``timeout_s``."""
+        timeout_s = HEALTH_TIMEOUT_S if timeout_s is None else timeout_s
         reply = _Reply()
         try:
-            self._send([HealthRequest()], reply, lock_timeout_s=HEALTH_TIMEOUT_S)
+            self._send([HealthRequest()], reply, lock_timeout_s=timeout_s)
         except EngineDead as exc:
             return HealthReport(EngineState.DEAD, exc.message)
-        if not reply.done.wait(HEALTH_TIMEOUT_S):
+        if not reply.done.wait(timeout_s):
             return HealthReport(EngineState.DEAD, "the engine server is not answering")
         if reply.report is None:
             return HealthReport(EngineState.DEAD, self._dead or "lost the connection to the engine server")

@@ -30,7 +30,7 @@ class CoreClient(Protocol):
 
     def abort(self, seq_ids: list[str]) -> None: ...
 
-    def health(self) -> HealthReport: ...
+    def health(self, timeout_s: float | None = None) -> HealthReport: ...
 
     def wait_ready(self, timeout_s: float | None) -> None: ...
 
@@ -71,8 +71,8 @@ class InProcessCore:
             raise RequestTimeout(f"the {type(command).__name__} did not finish within {timeout_s:g} s")
         return replies[0]
 
-    def health(self) -> HealthReport:
-        return self.core.health()
+    def health(self, timeout_s: float | None = None) -> HealthReport:
+        return self.core.health()  # in this process: never waits
 
     def wait_ready(self, timeout_s: float | None) -> None:
         self.core.wait_ready(timeout_s)

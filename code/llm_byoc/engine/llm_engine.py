@@ -74,8 +74,9 @@ class LLMEngine:
         self._core.wait_ready(timeout_s)
         self._load_tokenizer()
 
-    def health(self) -> HealthReport:
-        return self._core.health()
+    def health(self, timeout_s: float | None = None) -> HealthReport:
+        """``timeout_s``: how long an engine server may take to answer (None: the client's default)."""
+        return self._core.health(timeout_s)
 
     @property
     def tokenizer(self) -> Any:

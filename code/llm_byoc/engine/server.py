@@ -21,7 +21,7 @@ import threading
 import time
 from multiprocessing.connection import Listener
 
-from ..config import EngineConfig, ServerConfig
+from ..config import ConfigError, EngineConfig, ServerConfig
 from ..protocol import EngineOutputs, EngineState
 from . import ipc
 from .core import EngineCore
@@ -47,6 +47,7 @@ class EngineServer:
 
     def start(self) -> None:
         """Bind the socket and start loading the model; returns at once."""
+        ipc.check_private_dir(self.socket_path)
         if os.path.exists(self.socket_path):
             os.unlink(self.socket_path)  # a stale socket from an earlier run
         self._key = ipc.write_key(self.socket_path)
@@ -171,7 +172,11 @@ def main(argv: list[str] | None = None) -> int:
         level=server_config.log_level.upper(),
         format="%(asctime)s %(levelname)s [engine] %(name)s: %(message)s",
     )
-    return serve(EngineConfig.from_env(), server_config.engine_socket)
+    try:
+        return serve(EngineConfig.from_env(), server_config.engine_socket)
+    except ConfigError as exc:
+        log.error("%s", exc)
+        return 2
 
 
 if __name__ == "__main__":

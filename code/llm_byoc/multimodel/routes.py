@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 from flask import Flask, Response, jsonify, request
 
+from ..api.body import read_all
 from ..config import MultiModelConfig
 from ..errors import InvalidRequest, ModelNotFound
 from .manager import ModelManager, Worker
@@ -72,7 +73,7 @@ def _invocation(timeout_s: float) -> tuple[InvokeRequest, bytes]:
         params=request.args.to_dict(),
         timeout_s=timeout_s,
     )
-    return invocation, request.get_data(cache=False)
+    return invocation, read_all(request)
 
 
 def _respond(manager: ModelManager, name: str, timeout_s: float) -> Response:

@@ -25,7 +25,10 @@ from the folder's files:
 
 SageMaker copies a model to ``<root>/<name>/`` or ``<root>/<name>/model/``;
 both are understood. Names are a safe charset and every path is resolved
-(symlinks included) and must stay under the root.
+(symlinks included) and must stay under its root: a model's url under the
+model root; every path the folder itself names (a nested ``model/`` folder,
+``model_file`` and ``labels_file``, the ``path`` of each ``modules.json``
+entry) under the model's folder (``path_inside``).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from ..errors import InvalidRequest, ModelLoadError, ModelNotFound
 MODEL_CONFIG_FILE = "llm_byoc_model.json"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _WEIGHT_SUFFIXES = (".safetensors", ".onnx", ".gguf", ".data")
+PATH_OPTIONS = ("model_file", "labels_file")  # llm_byoc_model.json keys that name files of the folder
 
 
 class Task(str, enum.Enum):
@@ -116,12 +120,45 @@ def resolve_under_root(root: Path, url: object) -> Path:
     return real
 
 
+def path_inside(folder: Path, relative: object, what: str) -> Path:
+    """``folder / relative`` resolved (symlinks included); ModelLoadError if it leaves ``folder``."""
+    if not isinstance(relative, str) or not relative or "\x00" in relative:
+        raise ModelLoadError(f"{what} must be a non-empty relative path, not {relative!r}")
+    real_folder = Path(os.path.realpath(folder))
+    real = Path(os.path.realpath(real_folder / relative))
+    if real != real_folder and real_folder not in real.parents:
+        raise ModelLoadError(f"{what} {relative!r} leaves the model folder")
+    return real
+
+
 def _model_folder(folder: Path) -> Path:
     """SageMaker layout ``<name>/model/`` or a flat ``<name>/``."""
     nested = folder / "model"
     if nested.is_dir() and not (folder / MODEL_CONFIG_FILE).is_file() and not (folder / "config.json").is_file():
-        return nested
+        return path_inside(folder, "model", "the nested model folder")
     return folder
+
+
+def _check_named_paths(folder: Path, options: dict) -> None:
+    """Refuse, before any load, a folder whose files point outside it."""
+    for key in PATH_OPTIONS:
+        if key in options:
+            path_inside(folder, options[key], f"{MODEL_CONFIG_FILE} {key}")
+    modules_file = folder / "modules.json"
+    if modules_file.is_file():
+        for module in module_entries(folder):
+            path_inside(folder, module.get("path") or ".", "a modules.json path")
+
+
+def module_entries(folder: Path) -> list[dict]:
+    """The entries of a sentence-transformers ``modules.json``."""
+    try:
+        modules = json.loads((folder / "modules.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"cannot read modules.json: {exc}") from None
+    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
+        raise ModelLoadError("modules.json must be a list of objects")
+    return modules
 
 
 def _weights_size(folder: Path) -> int:
@@ -176,6 +213,7 @@ def describe_model(name: str, folder: Path) -> ModelSpec:
         size = int(options.pop("size_bytes", 0)) or _weights_size(folder)
     except (TypeError, ValueError) as exc:
         raise ModelLoadError(f"{MODEL_CONFIG_FILE} of {name!r}: {exc}") from None
+    _check_named_paths(folder, options)
     return ModelSpec(name, task, framework, str(folder), size, options)
 
 

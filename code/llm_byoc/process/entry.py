@@ -48,7 +48,8 @@ def serve_calls(channel: Channel, answer: Answer, concurrency: int = 1) -> None:
                 return
             except BadFrame as exc:
                 log.error("bad message from the parent: %s", exc)
-                _reply(channel, exc.call_id, lambda *_: (WorkerFailure("invalid_request", f"bad message: {exc}"), b""), None, b"")
+                failure = WorkerFailure("invalid_request", f"bad message: {exc}")
+                _reply(channel, exc.call_id, lambda *_: (failure, b""), None, b"")
                 continue
             if isinstance(message, Shutdown):
                 log.info("shutdown requested; worker exiting")

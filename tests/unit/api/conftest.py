@@ -1,13 +1,8 @@
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from api_fakes import FakeEngine
+from fakes.fake_engine import FakeEngine
 from llm_byoc.api.app import create_app
 from llm_byoc.config import ServerConfig
 
@@ -24,4 +19,4 @@ def config() -> ServerConfig:
 
 @pytest.fixture
 def client(engine, config):
-    return create_app(engine, config).test_client()
+    return create_app(engine, config, health_refresh_s=0).test_client()  # /ping asks the engine each time

@@ -5,19 +5,13 @@ from __future__ import annotations
 import time
 
 import pytest
-from api_fakes import FakeEngine
+from fakes.fake_engine import FakeEngine
+from fixtures.waiting import wait_for
 from llm_byoc.api.app import create_app
 from llm_byoc.api.engine_link import EngineLink
 from llm_byoc.config import ServerConfig
 from llm_byoc.errors import EngineNotReady
 from llm_byoc.protocol import EngineState, SamplingParams
-
-
-def wait_for(predicate, timeout_s=5.0):
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
 
 
 def test_retries_until_the_engine_answers_then_delegates():
@@ -59,4 +53,18 @@ def test_app_answers_503_fast_while_the_engine_is_unreachable():
     assert time.monotonic() - started < 0.5
     assert client.post("/invocations", json={"inputs": "a"}).status_code == 503
     assert client.post("/invocations", json={"messages": [{"role": "user", "content": "a"}]}).status_code == 503
+    link.shutdown()
+
+
+def test_health_checks_give_a_busy_engine_the_configured_time():
+    asked = []
+
+    class Engine(FakeEngine):
+        def health(self, timeout_s=None):
+            asked.append(timeout_s)
+            return super().health()
+
+    link = EngineLink(lambda: Engine(), "/tmp/x.sock", retry_interval_s=0.01, health_timeout_s=5.0).start()
+    wait_for(lambda: link.health().state is EngineState.READY)
+    assert set(asked) == {5.0}
     link.shutdown()

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from api_fakes import FakeTokenizer
+from fakes.fake_engine import FakeTokenizer
 from llm_byoc.api import openai
 from llm_byoc.errors import InvalidRequest
-from sse_client import parse_sse
+from fixtures.sse_events import parse_sse
 
 
 def invoke(client, body, **kwargs):

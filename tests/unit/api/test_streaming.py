@@ -6,7 +6,7 @@ import time
 
 from llm_byoc.api.app import create_app
 from llm_byoc.config import ServerConfig
-from sse_client import parse_sse
+from fixtures.sse_events import parse_sse
 from werkzeug.test import EnvironBuilder
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from llm_byoc.api import tgi
 from llm_byoc.errors import InvalidRequest
-from sse_client import parse_sse
+from fixtures.sse_events import parse_sse
 
 
 def invoke(client, body, **kwargs):

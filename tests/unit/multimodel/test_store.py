@@ -14,6 +14,7 @@ from llm_byoc.multimodel.store import (
     ModelStore,
     Task,
     describe_model,
+    path_inside,
     resolve_under_root,
     validate_name,
 )
@@ -124,6 +125,50 @@ def test_store_registers_discovers_and_forgets(tmp_path):
     assert not store.is_registered("first")
     with pytest.raises(ModelNotFound):
         store.get("missing")
+
+
+@pytest.mark.parametrize("key", ["model_file", "labels_file"])
+@pytest.mark.parametrize("where", ["../../etc/passwd", "/etc/passwd", "sub/../../x"])
+def test_files_named_in_the_config_must_stay_in_the_folder(tmp_path, key, where):
+    config = {"task": "image-classification", "framework": "onnx", key: where}
+    write(tmp_path / "m" / "llm_byoc_model.json", json.dumps(config))
+    write(tmp_path / "m" / "model.onnx", size=10)
+    with pytest.raises(ModelLoadError, match=f"{key}.*leaves the model folder"):
+        describe_model("m", tmp_path / "m")
+
+
+def test_a_file_symlinked_out_of_the_folder_is_refused(tmp_path):
+    write(tmp_path / "secret.txt", "labels")
+    write(tmp_path / "m" / "model.onnx", size=10)
+    os.symlink(tmp_path / "secret.txt", tmp_path / "m" / "labels.txt")
+    write(tmp_path / "m" / "llm_byoc_model.json", json.dumps({"labels_file": "labels.txt"}))
+    with pytest.raises(ModelLoadError, match="leaves the model folder"):
+        describe_model("m", tmp_path / "m")
+
+
+def test_modules_json_paths_must_stay_in_the_folder(tmp_path):
+    write(tmp_path / "m" / "config.json", "{}")
+    write(tmp_path / "m" / "modules.json", json.dumps([{"type": "x.Pooling", "path": "../../elsewhere"}]))
+    with pytest.raises(ModelLoadError, match="modules.json path"):
+        describe_model("m", tmp_path / "m")
+    write(tmp_path / "m" / "modules.json", json.dumps([{"type": "x.Pooling", "path": "1_Pooling"}, {"path": ""}]))
+    assert describe_model("m", tmp_path / "m").task is Task.TEXT_EMBEDDING
+
+
+def test_a_nested_model_folder_symlinked_elsewhere_is_refused(tmp_path):
+    write(tmp_path / "elsewhere" / "model.onnx", size=10)
+    (tmp_path / "root" / "m").mkdir(parents=True)
+    os.symlink(tmp_path / "elsewhere", tmp_path / "root" / "m" / "model")
+    with pytest.raises(ModelLoadError, match="nested model folder"):
+        ModelStore(tmp_path / "root").register("m", "m")
+
+
+def test_path_inside_accepts_the_folder_and_what_is_below_it(tmp_path):
+    assert path_inside(tmp_path, ".", "x") == tmp_path.resolve()
+    assert path_inside(tmp_path, "a/b.txt", "x") == tmp_path.resolve() / "a" / "b.txt"
+    for bad in ("", None, 3, "a\x00b"):
+        with pytest.raises(ModelLoadError):
+            path_inside(tmp_path, bad, "x")
 
 
 def test_spec_round_trips_as_plain_data(tmp_path):

@@ -22,7 +22,7 @@ import numpy as np
 from ...cpu import default_num_threads
 from ...errors import InvalidRequest, ModelLoadError, UnsupportedMediaType
 from ..messages import InvokeReply, InvokeRequest
-from ..store import ModelSpec
+from ..store import ModelSpec, path_inside
 from .base import int_option, json_reply, media_type, parse_json_body
 
 log = logging.getLogger(__name__)
@@ -100,12 +100,12 @@ def load_session(spec: ModelSpec, num_threads: int = 0):
 
 def model_path(spec: ModelSpec) -> Path:
     folder = Path(spec.path)
-    model_file = folder / spec.options.get("model_file", "model.onnx")
+    model_file = path_inside(folder, spec.options.get("model_file", "model.onnx"), "model_file")
     if not model_file.is_file():
         candidates = sorted(folder.glob("*.onnx"))
         if not candidates:
             raise ModelLoadError(f"{spec.name!r}: no .onnx file")
-        model_file = candidates[0]
+        model_file = path_inside(folder, candidates[0].name, "the .onnx file")
     return model_file
 
 
@@ -118,7 +118,7 @@ class ImageRequests:
 
     def __init__(self, spec: ModelSpec, num_classes: int):
         options = spec.options
-        self.labels = read_labels(Path(spec.path) / options.get("labels_file", "labels.txt"), num_classes)
+        self.labels = read_labels(path_inside(Path(spec.path), options.get("labels_file", "labels.txt"), "labels_file"), num_classes)
         self.default_top_k = int(options.get("top_k", 5))
         self.resize = int(options.get("resize", 256))
         self.crop = int(options.get("crop", 224))

@@ -16,7 +16,7 @@ from pathlib import Path
 from ...cpu import default_num_threads
 from ...errors import ModelLoadError
 from ..messages import InvokeReply, InvokeRequest
-from ..store import ModelSpec
+from ..store import ModelSpec, module_entries, path_inside
 from .base import int_option, json_reply, parse_json_body, text_inputs
 
 log = logging.getLogger(__name__)
@@ -48,15 +48,14 @@ def _load(spec: ModelSpec, model_class_name: str, num_threads: int):
 
 def _pooling(folder: Path) -> tuple[str, bool]:
     """(pooling mode, normalize) from a sentence-transformers folder; mean + normalize otherwise."""
-    modules_file = folder / "modules.json"
-    if not modules_file.is_file():
+    if not (folder / "modules.json").is_file():
         return "mean", True
-    modules = json.loads(modules_file.read_text())
+    modules = module_entries(folder)
     normalize = any(str(m.get("type", "")).endswith("Normalize") for m in modules)
     mode = "mean"
     for module in modules:
         if str(module.get("type", "")).endswith("Pooling"):
-            pooling_file = folder / module.get("path", "") / "config.json"
+            pooling_file = path_inside(folder, module.get("path") or ".", "a modules.json path") / "config.json"
             if pooling_file.is_file() and json.loads(pooling_file.read_text()).get("pooling_mode_cls_token"):
                 mode = "cls"
     return mode, normalize
