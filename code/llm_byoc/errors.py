@@ -58,6 +58,13 @@ class AdapterExists(ServingError):
     error_type = "adapter_exists"
 
 
+class SessionNotFound(ServingError):
+    """A stateful session id that is not open on this instance (closed, expired, never opened)."""
+
+    status_code = 404
+    error_type = "session_not_found"
+
+
 class PayloadTooLarge(ServingError):
     status_code = 413
     error_type = "payload_too_large"
@@ -126,6 +133,7 @@ _BY_TYPE: dict[str, type[ServingError]] = {
         ModelAlreadyLoaded,
         AdapterNotFound,
         AdapterExists,
+        SessionNotFound,
         PayloadTooLarge,
         UnsupportedMediaType,
         QueueFull,

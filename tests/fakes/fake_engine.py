@@ -17,6 +17,7 @@ from llm_byoc.engine.outputs import GenerationResult, TokenEvent
 from llm_byoc.errors import (
     AdapterExists,
     AdapterNotFound,
+    SessionNotFound,
     EngineDead,
     EngineNotReady,
     InvalidRequest,
@@ -64,6 +65,8 @@ class FakeEngine:
     shut_down: bool = False
     adapters: dict = field(default_factory=dict)  # name -> AdapterStatus
     adapters_used: list = field(default_factory=list)  # the adapter of each submitted request
+    sessions: set = field(default_factory=set)  # open stateful sessions
+    sessions_used: list = field(default_factory=list)  # the session of each submitted request
 
     def shutdown(self) -> None:
         self.shut_down = True
@@ -95,9 +98,22 @@ class FakeEngine:
     def list_adapters(self) -> list:
         return list(self.adapters.values())
 
-    def submit(self, prompts, params: SamplingParams, request_id: str | None = None, adapter: str | None = None) -> FakeHandle:
+    def open_session(self) -> tuple[str, float]:
+        session_id = f"s{len(self.sessions_used)}x{len(self.sessions)}"
+        self.sessions.add(session_id)
+        return session_id, 1200.0
+
+    def close_session(self, session_id: str) -> None:
+        if session_id not in self.sessions:
+            raise SessionNotFound(f"session {session_id!r} is not open on this instance")
+        self.sessions.remove(session_id)
+
+    def submit(self, prompts, params: SamplingParams, request_id: str | None = None, adapter: str | None = None,
+               session_id: str | None = None) -> FakeHandle:
         if adapter is not None and adapter not in self.adapters:
             raise AdapterNotFound(f"adapter {adapter!r} is not registered")
+        if session_id is not None and session_id not in self.sessions:
+            raise SessionNotFound(f"session {session_id!r} is not open on this instance")
         if self.state is EngineState.DEAD:
             raise EngineDead("the model worker died")
         if self.state is EngineState.LOADING:
@@ -110,6 +126,7 @@ class FakeEngine:
             raise InvalidRequest("a prompt is empty")
         self.submitted.append((prompts, params, request_id))
         self.adapters_used.append(adapter)
+        self.sessions_used.append(session_id)
         return FakeHandle(self, request_id or "req", ids, params)
 
 

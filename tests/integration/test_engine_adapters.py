@@ -143,3 +143,42 @@ def test_adapter_commands_over_the_engine_socket(tiny_llama_dir, root, tmp_path)
             client.shutdown()
         process.terminate()
         assert process.wait(timeout=30) == 0
+
+
+def test_smollm2_with_peft_adapters_in_one_batch_matches_peft(smollm2_dir, tmp_path):
+    """SmolLM2-135M with two adapters made here with peft: base and adapter requests joining one
+    continuous batch at different steps; each adapter's greedy output equals PEFT's alone."""
+    import time
+
+    folders = {"r8": make_adapter(smollm2_dir, tmp_path / "r8", rank=8, seed=21),
+               "r16": make_adapter(smollm2_dir, tmp_path / "r16", rank=16, seed=22,
+                                   targets=("q_proj", "v_proj", "o_proj", "up_proj", "down_proj"))}
+    config = EngineConfig(model=str(smollm2_dir), device="cpu", num_threads=2, max_num_seqs=4, max_loras=2,
+                          max_batched_tokens=64, adapter_roots=(str(tmp_path),))
+    engine = LLMEngine.start(config)
+    try:
+        engine.wait_ready(180)
+        for name, folder in folders.items():
+            engine.register_adapter(name, str(folder), preload=True)
+        plan = [("r8", "The capital of France is"), (None, "The capital of France is"),
+                ("r16", "Write a haiku about rain:"), ("r8", "1, 2, 3, 4,")]
+        results: dict[int, list[int]] = {}
+
+        def client(i: int) -> None:
+            time.sleep(0.3 * i)  # each joins a batch that is already decoding
+            adapter, prompt = plan[i]
+            results[i] = engine.generate([prompt], SamplingParams(max_new_tokens=12), timeout_s=300,
+                                         adapter=adapter)[0].token_ids
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(len(plan))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(400)
+        assert sorted(results) == list(range(len(plan)))
+        for i, (adapter, prompt) in enumerate(plan):
+            if adapter is not None:
+                assert results[i] == peft_greedy(smollm2_dir, folders[adapter], ids(engine, prompt), 12), adapter
+        assert results[0] != results[1], "the adapter should change SmolLM2's answer"
+    finally:
+        engine.shutdown()

@@ -218,6 +218,8 @@ def test_raw_request_fuzz_is_never_a_5xx_and_always_json(server, line, headers, 
     if status >= 500:
         FUZZ["5xx"] += 1
     assert status < 500, (status, payload[:200])
+    if data.startswith(b"HEAD "):
+        return  # an answer to HEAD has no body: what follows its head is the next (pipelined) answer
     if status >= 400 and status != 405 and not (status == 404 and not payload):
         try:
             assert_json_error(status, response_headers, payload)

@@ -134,3 +134,21 @@ def test_a_repeated_document_is_served_from_the_prefix_cache(client):
     metrics = client.get("/metrics").get_data(as_text=True)
     hits = next(line for line in metrics.splitlines() if line.startswith("llm_byoc_prefix_cache_hit_tokens "))
     assert float(hits.split()[1]) >= 64
+
+
+def test_a_stateful_session_over_http(client):
+    """NEW_SESSION, two calls in the session (the second served from the cache), CLOSE, then 404."""
+    opened = client.post("/invocations", json={"requestType": "NEW_SESSION"})
+    assert opened.status_code == 200
+    session_id = opened.get_json()["session_id"]
+    assert opened.headers["X-Amzn-SageMaker-New-Session-Id"].startswith(f"{session_id}; Expires=")
+    headers = {"X-Amzn-SageMaker-Session-Id": session_id}
+    document = "Minutes of the river board: the weir was rebuilt, the locks were painted. " * 3
+    answers = [client.post("/invocations", headers=headers, json={
+        "inputs": document + question, "parameters": {"max_new_tokens": 2, "details": True}}).get_json()
+        for question in ("Who rebuilt it?", "When were they painted?")]
+    assert answers[1][0]["details"]["cached_tokens"] >= 32
+    closed = client.post("/invocations", headers=headers, json={"requestType": "CLOSE"})
+    assert closed.status_code == 200 and closed.headers["X-Amzn-SageMaker-Closed-Session-Id"] == session_id
+    again = client.post("/invocations", headers=headers, json={"inputs": "x", "parameters": {"max_new_tokens": 1}})
+    assert again.status_code == 404 and again.get_json()["type"] == "session_not_found"

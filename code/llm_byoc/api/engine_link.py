@@ -93,8 +93,15 @@ class EngineLink:
             return HealthReport(EngineState.LOADING, "loading the tokenizer", report.info)
         return report
 
-    def submit(self, prompts, params, request_id: str | None = None, adapter: str | None = None):
-        return self._require().submit(prompts, params, request_id=request_id, adapter=adapter)
+    def submit(self, prompts, params, request_id: str | None = None, adapter: str | None = None,
+               session_id: str | None = None):
+        return self._require().submit(prompts, params, request_id=request_id, adapter=adapter, session_id=session_id)
+
+    def open_session(self):
+        return self._require().open_session()
+
+    def close_session(self, session_id: str) -> None:
+        self._require().close_session(session_id)
 
     def register_adapter(self, name: str, src: str, preload: bool = False):
         return self._require().register_adapter(name, src, preload=preload)

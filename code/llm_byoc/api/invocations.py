@@ -35,6 +35,7 @@ from .body import read_json
 from .client_watch import ClientWatch
 from .request_log import RequestLog
 from .schemas import parse_invocation
+from .sessions import answer_session_request, session_of, session_request
 from .sse import SSE_MIMETYPE, sse_headers
 from .streaming import stream_frames
 
@@ -94,7 +95,13 @@ class InvocationRoute:
         request_log: RequestLog = g.request_log
         ticket = self._gate.reserve() if self._gate is not None else None  # 429 before the body is read
         try:
-            invocation = parse_invocation(read_json(request, self._config.max_payload_bytes), lambda: self._engine.tokenizer)
+            body = read_json(request, self._config.max_payload_bytes)
+            session_kind = session_request(body)
+            if session_kind is not None:  # open or close a stateful session: no generation
+                if ticket is not None:
+                    ticket.release()
+                return answer_session_request(self._engine, session_kind, request.headers)
+            invocation = parse_invocation(body, lambda: self._engine.tokenizer)
             if ticket is not None:
                 ticket.resize(len(invocation.prompts))
             ctx = self._model.context(request_log.request_id)
@@ -121,7 +128,8 @@ class InvocationRoute:
         adapter = chosen_adapter(request.headers, invocation.adapter, invocation.model, self._model.base_names())
         request_log.adapter = adapter
         deadline.remaining()  # tokenizing may have spent it
-        handle = self._engine.submit(invocation.prompts, invocation.params, request_id=engine_id, adapter=adapter)
+        handle = self._engine.submit(invocation.prompts, invocation.params, request_id=engine_id, adapter=adapter,
+                                     session_id=session_of(request.headers))
         unwatch = self._watch.watch(request.environ.get(CLIENT_SOCKET), handle.abort)
         flight = InFlight(handle, ticket, unwatch, self._forget)
         with self._flights_lock:

@@ -18,7 +18,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 
-from ..errors import InvalidRequest
+from ..errors import SessionNotFound
 from .block_pool import Block, BlockPool
 
 
@@ -48,13 +48,13 @@ class SessionPins:
         """A request names this session: it must be open (it is then the most recent)."""
         self.expire()
         if session_id not in self._sessions:
-            raise InvalidRequest(f"session {session_id!r} is not open on this instance (closed, expired after "
+            raise SessionNotFound(f"session {session_id!r} is not open on this instance (closed, expired after "
                                  f"{self.ttl_s:g} s idle, or never opened: start one with NEW_SESSION)")
         self._touch(session_id)
 
     def close(self, session_id: str) -> None:
         if session_id not in self._sessions:
-            raise InvalidRequest(f"session {session_id!r} is not open on this instance")
+            raise SessionNotFound(f"session {session_id!r} is not open on this instance")
         _, blocks = self._sessions.pop(session_id)
         self.pool.free(list(reversed(blocks)))
 

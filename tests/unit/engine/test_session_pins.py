@@ -7,7 +7,7 @@ import pytest
 from llm_byoc.engine.block_pool import BlockPool
 from llm_byoc.engine.scheduler import Scheduler, SchedulerLimits
 from llm_byoc.engine.session_pins import SessionPins
-from llm_byoc.errors import InvalidRequest
+from llm_byoc.errors import SessionNotFound
 from llm_byoc.protocol import AddSequence, SampledToken, SamplingParams, StepOutput
 
 
@@ -39,12 +39,12 @@ def test_pins_hold_blocks_and_are_bounded():
 def test_unknown_closed_and_expired_sessions():
     pool, clock = BlockPool(4), Clock()
     pins = SessionPins(pool, 4, ttl_s=10, clock=clock)
-    with pytest.raises(InvalidRequest, match="not open on this instance"):
+    with pytest.raises(SessionNotFound, match="not open on this instance"):
         pins.check("nope")
     session = pins.open()
     pins.pin(session, pool.allocate(1))
     clock.now = 11
-    with pytest.raises(InvalidRequest, match="expired after 10 s idle"):
+    with pytest.raises(SessionNotFound, match="expired after 10 s idle"):
         pins.check(session)
     assert pool.num_free == 2  # its pin went with it (the block itself is still allocated here)
 
@@ -100,5 +100,5 @@ def test_pins_give_way_before_a_request_would_be_stuck():
 
 def test_requests_naming_an_unknown_session_are_refused():
     s = make()
-    with pytest.raises(InvalidRequest, match="not open"):
+    with pytest.raises(SessionNotFound, match="not open"):
         s.add(AddSequence("x", [5, 6], SamplingParams(), session_id="made-up"))
