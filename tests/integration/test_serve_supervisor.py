@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from llm_byoc.api import serve
@@ -23,10 +24,12 @@ def stop(*_):
     time.sleep(delay)
     sys.exit(0)
 signal.signal(signal.SIGTERM, stop)
+open(log + ".ready." + sys.argv[3], "w").close()
 while True:
     time.sleep(0.05)
 """
-STUBBORN = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+STUBBORN = ("import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "open(sys.argv[1] + '.ready.gunicorn', 'w').close(); time.sleep(60)")
 
 
 @pytest.fixture
@@ -41,21 +44,26 @@ def children(monkeypatch, tmp_path):
     return commands, log
 
 
-def run_in_thread(supervisor: serve.Supervisor) -> tuple[threading.Thread, list]:
+def run_in_thread(supervisor: serve.Supervisor, log: Path | None = None,
+                  ready: tuple[str, ...] = ()) -> tuple[threading.Thread, list]:
+    """Run the supervisor; wait until the children named in ``ready`` have installed their handlers."""
     result: list = []
     thread = threading.Thread(target=lambda: result.append(supervisor.run()))
     thread.start()
     deadline = time.monotonic() + 10
     while len(supervisor.children) < 2 and time.monotonic() < deadline:
         time.sleep(0.02)
-    time.sleep(0.5)  # let the children install their handlers
+    paths = [Path(f"{log}.ready.{name}") for name in ready]
+    deadline = time.monotonic() + 30  # a loaded machine may take a while to start Python
+    while not all(path.exists() for path in paths) and time.monotonic() < deadline:
+        time.sleep(0.02)  # the children have installed their handlers
     return thread, result
 
 
 def test_stop_request_stops_gunicorn_then_the_engine_and_returns_0(children):
     _, log = children
     supervisor = serve.Supervisor(ServerConfig(graceful_timeout_s=5))
-    thread, result = run_in_thread(supervisor)
+    thread, result = run_in_thread(supervisor, log, ready=("engine", "gunicorn"))
     supervisor.request_stop(signal.SIGTERM)
     thread.join(30)
     assert result == [0]
@@ -67,7 +75,7 @@ def test_a_child_that_dies_stops_the_other_and_returns_1(children):
     commands, log = children
     commands["engine"] = [sys.executable, "-c", "import sys, time; time.sleep(0.5); sys.exit(3)"]
     supervisor = serve.Supervisor(ServerConfig(graceful_timeout_s=5))
-    thread, result = run_in_thread(supervisor)
+    thread, result = run_in_thread(supervisor, log, ready=("gunicorn",))
     thread.join(30)
     assert result == [1]
     assert supervisor.exit_codes["engine"] == 3
@@ -75,10 +83,10 @@ def test_a_child_that_dies_stops_the_other_and_returns_1(children):
 
 
 def test_a_child_that_ignores_sigterm_is_killed_and_the_exit_is_not_clean(children):
-    commands, _ = children
-    commands["gunicorn"] = [sys.executable, "-c", STUBBORN]
+    commands, log = children
+    commands["gunicorn"] = [sys.executable, "-c", STUBBORN, str(log)]
     supervisor = serve.Supervisor(ServerConfig(graceful_timeout_s=0))  # grace: 0 + 10 s
-    thread, result = run_in_thread(supervisor)
+    thread, result = run_in_thread(supervisor, log, ready=("engine", "gunicorn"))
     started = time.monotonic()
     supervisor.request_stop(signal.SIGTERM)
     thread.join(40)
