@@ -44,6 +44,22 @@ class EngineState(str, enum.Enum):
     DEAD = "dead"
 
 
+GRAMMAR_KINDS = ("json_schema", "json_object", "regex", "lark")
+
+
+@dataclass(frozen=True)
+class GrammarSpec:
+    """A constraint on a sequence's output (structured output, ``llm_byoc.grammar``).
+
+    ``kind``: "json_schema" (``value``: the schema as JSON text), "json_object"
+    (any JSON object; ``value`` unused), "regex" (``value``: the pattern) or "lark"
+    (a Lark grammar in llguidance's dialect; built by the front end, e.g. for tool calls).
+    """
+
+    kind: str
+    value: str = ""
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How to pick tokens for one sequence. Greedy unless temperature > 0."""
@@ -57,6 +73,7 @@ class SamplingParams:
     seed: int | None = None
     ignore_eos: bool = False
     logprobs: bool = False
+    grammar: GrammarSpec | None = None  # constrained decoding: every token must keep the output valid
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop", tuple(self.stop))
@@ -95,6 +112,11 @@ class SamplingParams:
             raise InvalidRequest(f"seed must be a non-negative integer, got {self.seed!r}")
         if not isinstance(self.ignore_eos, bool) or not isinstance(self.logprobs, bool):
             raise InvalidRequest("ignore_eos and logprobs must be booleans")
+        grammar = self.grammar
+        if grammar is not None and not (
+            isinstance(grammar, GrammarSpec) and grammar.kind in GRAMMAR_KINDS and isinstance(grammar.value, str)
+        ):
+            raise InvalidRequest(f"grammar must be a GrammarSpec of kind {', '.join(GRAMMAR_KINDS)}")
         return self
 
 
@@ -161,6 +183,15 @@ class ScheduledChunk:
 
 
 @dataclass(frozen=True)
+class TokenMask:
+    """The tokens one sampling row may pick this step: bit ``t % 32`` of little-endian int32
+    word ``t // 32`` set means token t is allowed (base64 of the words, one per 32 vocabulary entries)."""
+
+    seq_id: str
+    bits: str
+
+
+@dataclass(frozen=True)
 class StepBatch:
     step_id: int
     new: list[NewSequence] = field(default_factory=list)
@@ -171,6 +202,7 @@ class StepBatch:
     drop_adapters: list[str] = field(default_factory=list)  # uids
     load_adapters: list[AdapterSpec] = field(default_factory=list)
     activate_adapters: list[AdapterActivation] = field(default_factory=list)
+    masks: list[TokenMask] = field(default_factory=list)  # constrained rows: applied before sampling
 
 
 @dataclass(frozen=True)
@@ -317,6 +349,8 @@ class ProtocolError(ValueError):
 _CODEC = MessageCodec(
     messages=(
         SamplingParams,
+        GrammarSpec,
+        TokenMask,
         ModelInfo,
         NewSequence,
         ScheduledChunk,

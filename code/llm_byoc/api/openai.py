@@ -7,13 +7,15 @@ with ``data: [DONE]`` (plus a usage chunk first when
 model's own chat template and tokenized here (special tokens come from the
 template, never added twice). As in the OpenAI API, temperature defaults to 1.0.
 Only ``n: 1`` is supported; ``prompt`` may be a string or a list of strings
-(one choice each).
+(one choice each). Structured output (``response_format``) and tool calls
+(``tools``, ``tool_choice``, ``tool`` messages) are read in ``structured.py``
+and ``tool_calls.py``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..engine.outputs import GenerationResult, TokenEvent
@@ -33,16 +35,21 @@ from .schemas import (
     sampling_temperature,
     str_or_str_list,
 )
+from . import structured
+from .chat_tools import chat_messages_with_tools, tool_calls_of
 from .sse import DONE
+from .structured import ToolCalling
+from .tool_calls import ToolCallReader, delta_json, read_answer, tool_call_json
 
 COMMON_FIELDS = (
     "model", "max_tokens", "temperature", "top_p", "stop", "seed", "n", "stream",
     "stream_options", "user",
 )
-CHAT_FIELDS = COMMON_FIELDS + ("messages", "max_completion_tokens")
+CHAT_FIELDS = COMMON_FIELDS + ("messages", "max_completion_tokens", "response_format", "tools", "tool_choice",
+                               "parallel_tool_calls")
 COMPLETION_FIELDS = COMMON_FIELDS + ("prompt",)
-MESSAGE_FIELDS = ("role", "content", "name")
-ROLES = ("system", "developer", "user", "assistant")
+MESSAGE_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id")
+ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,7 @@ class OpenAIInvocation:
     model: str | None = None  # the served model's name, or an adapter's
     include_usage: bool = False
     adapter: str | None = None  # (TGI's parameters.adapter_id; OpenAI bodies name adapters in "model")
+    tool_calling: ToolCalling | None = None  # the answer may be (or must be) a tool call
 
     @property
     def object_name(self) -> str:
@@ -73,16 +81,23 @@ class OpenAIInvocation:
         choices = []
         for r in results:
             choice: dict[str, Any] = {"index": r.index}
-            if self.chat:
+            reason = finish_reason(r.finish_reason)
+            if self.tool_calling is not None:
+                choice["message"], reason = self._tool_message(r)
+            elif self.chat:
                 choice["message"] = {"role": "assistant", "content": r.text}
             else:
                 choice["text"] = r.text
-            choice.update(logprobs=None, finish_reason=finish_reason(r.finish_reason))
+            choice.update(logprobs=None, finish_reason=reason)
             choices.append(choice)
         prompt = sum(r.prompt_tokens for r in results)
         completion = sum(r.completion_tokens for r in results)
         cached = sum(r.cached_tokens for r in results)
         return {**self.header(ctx, chunk=False), "choices": choices, "usage": usage(prompt, completion, cached)}
+
+    def _tool_message(self, result: GenerationResult) -> tuple[dict, str]:
+        reader = read_answer(self.tool_calling, result.text, result.finish_reason is FinishReason.STOP)
+        return tool_message(reader), tool_finish_reason(reader, result.finish_reason)
 
     def stream_writer(self, ctx: ResponseContext) -> OpenAIStreamWriter:
         return OpenAIStreamWriter(self, ctx)
@@ -95,6 +110,8 @@ class OpenAIStreamWriter:
         self._prompt_tokens: dict[int, int] = {}
         self._completion_tokens: dict[int, int] = {}
         self._cached_tokens: dict[int, int] = {}
+        calling = invocation.tool_calling
+        self._readers = {} if calling is None else {i: ToolCallReader(calling) for i in range(len(invocation.prompts))}
 
     def _chunk(self, index: int, content: dict | str, reason: str | None, **extra: Any) -> dict:
         choice: dict[str, Any] = {"index": index}
@@ -108,6 +125,9 @@ class OpenAIStreamWriter:
     def start(self) -> Iterator[Any]:
         if self._inv.chat:  # OpenAI opens a chat stream with the role
             yield self._chunk(0, {"role": "assistant", "content": ""}, None)
+        for index, reader in self._readers.items():
+            for delta in reader.start():
+                yield self._chunk(index, delta_json(reader, delta), None)
 
     def on_event(self, event: TokenEvent) -> Iterator[Any]:
         self._prompt_tokens[event.index] = event.prompt_tokens
@@ -116,10 +136,22 @@ class OpenAIStreamWriter:
         reason = finish_reason(event.finish_reason) if event.finish_reason else None
         if not (event.text or reason):
             return  # text held back (half a character, a possible stop string)
-        if self._inv.chat:
+        reader = self._readers.get(event.index)
+        if reader is not None:
+            yield from self._tool_chunks(reader, event)
+        elif self._inv.chat:
             yield self._chunk(event.index, {"content": event.text} if event.text else {}, reason)
         else:
             yield self._chunk(event.index, event.text, reason)
+
+    def _tool_chunks(self, reader: ToolCallReader, event: TokenEvent) -> Iterator[dict]:
+        deltas = reader.feed(event.text)
+        if event.finish_reason is not None:
+            deltas += reader.finish(event.finish_reason is FinishReason.STOP)
+        for delta in deltas:
+            yield self._chunk(event.index, delta_json(reader, delta), None)
+        if event.finish_reason is not None:
+            yield self._chunk(event.index, {}, tool_finish_reason(reader, event.finish_reason))
 
     def finish(self) -> Iterator[Any]:
         if self._inv.include_usage:
@@ -144,6 +176,18 @@ def finish_reason(reason: FinishReason) -> str:
     return reason.value  # stop, length; abort/error only when the engine failed
 
 
+def tool_finish_reason(reader: ToolCallReader, reason: FinishReason) -> str:
+    """"tool_calls" for a call the model finished; otherwise the engine's reason."""
+    return "tool_calls" if reader.is_call and reader.name and reason is FinishReason.STOP else finish_reason(reason)
+
+
+def tool_message(reader: ToolCallReader) -> dict:
+    """The assistant message of an answer that may be a tool call."""
+    if not (reader.is_call and reader.name):
+        return {"role": "assistant", "content": reader.content}
+    return {"role": "assistant", "content": None, "tool_calls": [tool_call_json(reader)]}
+
+
 def parse_completion(body: dict) -> OpenAIInvocation:
     reject_unknown(body, COMPLETION_FIELDS, "the request body")
     prompts, _ = str_or_str_list(body["prompt"], "prompt")
@@ -153,18 +197,27 @@ def parse_completion(body: dict) -> OpenAIInvocation:
 def parse_chat(body: dict, tokenizer: Any) -> OpenAIInvocation:
     reject_unknown(body, CHAT_FIELDS, "the request body")
     messages = _messages(body["messages"])
-    token_ids = render_chat(messages, tokenizer)
+    tools = structured.tools(body)
+    grammar = structured.response_format(body.get("response_format"))
+    if grammar is not None and tools.grammar is not None:
+        raise InvalidRequest('response_format cannot be combined with tool calls (use tool_choice "none")')
+    opt_bool(body, "parallel_tool_calls")  # accepted; an answer holds at most one call
+    token_ids = render_chat(messages, tokenizer, tools.definitions)
     max_tokens = opt_int(body, "max_completion_tokens", minimum=1)
     if max_tokens is None:
         max_tokens = opt_int(body, "max_tokens", minimum=1)
-    return _invocation(body, [token_ids], chat=True, max_tokens=max_tokens)
+    invocation = _invocation(body, [token_ids], chat=True, max_tokens=max_tokens)
+    return replace(invocation, params=replace(invocation.params, grammar=grammar or tools.grammar),
+                   tool_calling=tools.calling)
 
 
-def render_chat(messages: list[dict], tokenizer: Any) -> list[int]:
+def render_chat(messages: list[dict], tokenizer: Any, tools: list[dict] | None = None) -> list[int]:
     if not getattr(tokenizer, "chat_template", None):
         raise InvalidRequest('this model has no chat template; send {"prompt": ...} instead')
+    messages, template_tools = chat_messages_with_tools(messages, tools or [], tokenizer.chat_template)
     try:
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        extra = {"tools": template_tools} if template_tools else {}
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **extra)
     except Exception as exc:  # jinja raises for conversations the template refuses
         raise InvalidRequest(f"the chat template refused these messages: {exc}") from None
     return list(tokenizer.encode(text, add_special_tokens=False))
@@ -181,7 +234,18 @@ def _messages(value: Any) -> list[dict]:
         role = message.get("role")
         if role not in ROLES:
             raise InvalidRequest(f"messages[{i}].role must be one of {', '.join(ROLES)}")
-        out.append({"role": role, "content": _content(message.get("content"), i)})
+        calls = message.get("tool_calls")
+        content = message.get("content")
+        entry = {"role": role, "content": "" if content is None and calls else _content(content, i)}
+        if calls is not None:
+            if role != "assistant":
+                raise InvalidRequest(f"messages[{i}]: only assistant messages carry tool_calls")
+            entry["tool_calls"] = tool_calls_of(calls, f"messages[{i}].tool_calls")
+        if role == "tool":
+            if not isinstance(message.get("tool_call_id"), str):
+                raise InvalidRequest(f"messages[{i}]: a tool message needs its tool_call_id (a string)")
+            entry["tool_call_id"] = message["tool_call_id"]
+        out.append(entry)
     return out
 
 

@@ -12,7 +12,8 @@ or held-back text flushed) has ``"id": null``.
 
 Sampling: greedy unless ``do_sample`` is true or a sampling parameter
 (temperature > 0, top_p < 1, top_k > 0) is given; ``do_sample: false``
-forces greedy. Sampling without a temperature uses 1.0.
+forces greedy. Sampling without a temperature uses 1.0. ``grammar``
+({"type": "json" | "regex", "value": ...}) constrains the output (``structured.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 from ..engine.outputs import GenerationResult, TokenEvent
 from ..errors import InvalidRequest
 from ..protocol import FinishReason, SamplingParams
+from .structured import tgi_grammar
 from .schemas import (
     ResponseContext,
     opt_bool,
@@ -51,6 +53,7 @@ PARAMETER_FIELDS = (
     "details",
     "ignore_eos",
     "adapter_id",
+    "grammar",
 )
 
 
@@ -160,6 +163,7 @@ def parse(body: dict) -> TGIInvocation:
         seed=opt_int(parameters, "seed", minimum=0),
         ignore_eos=bool(opt_bool(parameters, "ignore_eos")),
         logprobs=details or stream,
+        grammar=tgi_grammar(parameters.get("grammar")),
     )
     adapter = parameters.get("adapter_id")
     if adapter is not None and (not isinstance(adapter, str) or not adapter):

@@ -33,6 +33,7 @@ from ..protocol import (
 from .adapter_control import AdapterControl
 from .adapter_registry import AdapterRegistry
 from .scheduler import Scheduler, SchedulerLimits
+from ..grammar.compiler import GrammarCompiler, hf_llm_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +146,9 @@ class EngineCore:
             self._on_worker_dead(exc.message)
             return
         with self._cond:
-            scheduler = Scheduler(SchedulerLimits.from_config(self.config, info))
+            grammars = GrammarCompiler(hf_llm_tokenizer(info.model_path, info.vocab_size, info.eos_token_ids),
+                                       on_ready=self._wake)
+            scheduler = Scheduler(SchedulerLimits.from_config(self.config, info), grammars)
             self._adapters = AdapterControl(AdapterRegistry(self.config, info), scheduler)
             self._adapters.start(self.config.adapters_dir)
             self._scheduler = scheduler
@@ -167,12 +170,20 @@ class EngineCore:
             self._cond.wait_for(lambda: self._dead_detail is not None or self._scheduler.has_work())
             return self._dead_detail is None
 
+    def _wake(self) -> None:
+        """A grammar finished compiling (called from its thread): its sequences may be admitted."""
+        with self._cond:
+            self._cond.notify_all()
+
     def step(self) -> None:
         """One batched step: schedule -> execute -> postprocess."""
         with self._cond:
             batch = self._scheduler.schedule()
-        if batch is None:
-            return
+            if batch is None:
+                rejected = self._scheduler.drain_rejected()  # refused at admission (a grammar that fails)
+                if rejected:
+                    self._on_outputs(EngineOutputs(rejected=rejected))
+                return
         try:
             output = self._worker.execute(batch)
         except StepFailed as exc:
@@ -220,5 +231,7 @@ class EngineCore:
                 self._on_outputs(EngineOutputs(rejected=rejected))
             self._cond.notify_all()
         self._worker.shutdown(timeout_s)
+        if self._scheduler is not None and self._scheduler.structured.compiler is not None:
+            self._scheduler.structured.compiler.shutdown()
         if self._thread.is_alive():
             self._thread.join(timeout_s)

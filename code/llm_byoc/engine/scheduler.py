@@ -43,6 +43,11 @@ live in the adapter's own namespace.
 Admission: a sequence is refused with QueueFull when it would have to wait
 behind ``max_waiting`` others (free running slots count as no wait), and with
 InvalidRequest when its prompt can never fit the context or the KV cache.
+
+Structured output (``structured_output.py``): a sequence with a grammar waits,
+keeping its place, until its grammar is compiled (off the step loop); each of
+its sampling steps carries its token mask, and each sampled token advances its
+grammar, which may finish it (STOP: the output is complete).
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from collections import Counter
 
 from ..adapters.messages import AdapterSpec, LoRAStats
 from ..config import EngineConfig
+from ..grammar import GrammarCompiler
 from ..errors import InvalidRequest, ModelLoadError, QueueFull
 from ..protocol import (
     AddSequence,
@@ -70,6 +76,7 @@ from ..protocol import (
 from .adapter_slots import AdapterSlots
 from .kv_cache_manager import KVCacheManager
 from .session_pins import SessionPins
+from .structured_output import StructuredOutput
 from .sequence import Sequence, SequenceStatus
 
 ADMISSION_RESERVE = 0.01  # of the blocks, kept free when admitting beside running sequences
@@ -125,8 +132,9 @@ class SchedulerLimits:
 
 
 class Scheduler:
-    def __init__(self, limits: SchedulerLimits):
+    def __init__(self, limits: SchedulerLimits, grammars: GrammarCompiler | None = None):
         self.limits = limits
+        self.structured = StructuredOutput(grammars)
         self.kv = KVCacheManager(limits.num_kv_blocks, limits.block_size, limits.enable_prefix_caching)
         self._reserve = max(1, int(self.kv.pool.num_usable * ADMISSION_RESERVE))
         self._waiting: deque[Sequence] = deque()
@@ -156,8 +164,11 @@ class Scheduler:
         return len(self._running)
 
     def has_work(self) -> bool:
-        """Sequences to compute, finished ones the worker has not dropped yet, or adapter changes."""
-        return bool(self._waiting or self._running or self._freed or self.adapters.has_changes())
+        """Sequences to compute (not only ones whose grammar compiles), finished ones the worker has
+        not dropped yet, or adapter changes."""
+        if self._running or self._freed or self.adapters.has_changes():
+            return True
+        return any(not self.structured.pending(seq) for seq in self._waiting)
 
     def add(self, request: AddSequence, adapter: AdapterSpec | None = None) -> None:
         """Queue a sequence (with its registered adapter, if any); raises InvalidRequest or QueueFull."""
@@ -174,6 +185,7 @@ class Scheduler:
         seq = Sequence(request.seq_id, list(request.prompt_token_ids), request.params, arrival=self._arrivals,
                        cache_namespace=namespace, adapter=adapter, session_id=request.session_id)
         self._waiting.append(seq)
+        self.structured.pending(seq)  # a grammar starts compiling now
         if adapter is not None:
             self.adapter_requests[adapter.name] += 1
 
@@ -245,7 +257,8 @@ class Scheduler:
         freed, self._freed = self._freed, []
         self._scheduled = [self._running[c.seq_id] for c in chunks]
         self._expect_sample = {c.seq_id for c in chunks if c.sample}
-        return StepBatch(self._step_id, new, chunks, freed, preempted, drops, loads, activations)
+        masks = self.structured.masks([self._running[c.seq_id] for c in chunks if c.sample])
+        return StepBatch(self._step_id, new, chunks, freed, preempted, drops, loads, activations, masks)
 
     def _plan_running(self) -> dict[str, tuple[int, list[int]]]:
         """Tokens each running sequence computes this step: decodes first, then prefill chunks."""
@@ -285,6 +298,13 @@ class Scheduler:
         skipped: list[Sequence] = []  # their adapter is not in a slot yet: they keep their place
         while self._waiting and budget > 0 and len(self._running) < self.limits.max_num_seqs:
             seq = self._waiting[0]
+            if self.structured.pending(seq):  # its grammar compiles: it keeps its place
+                skipped.append(self._waiting.popleft())
+                continue
+            refused = self.structured.attach(seq)
+            if refused:
+                self._refuse(seq, InvalidRequest.error_type, refused)
+                continue
             if seq.adapter is not None and not self.adapters.is_active(seq.adapter.uid):
                 self.adapters.request(seq.adapter, pinned)
                 skipped.append(self._waiting.popleft())
@@ -357,7 +377,7 @@ class Scheduler:
             seq.token_ids.append(sample.token_id)
             if seq.adapter is not None:
                 self.adapter_tokens[seq.adapter.name] += 1
-            reason = self._stop_reason(seq, sample.token_id)
+            reason = self.structured.after_token(seq, sample.token_id, self._stop_reason(seq, sample.token_id))
             if reason is not None:
                 self._finish(seq, reason)
             logprobs = None if sample.logprob is None else [sample.logprob]
@@ -377,8 +397,12 @@ class Scheduler:
         """Waiting sequences whose adapter would not load fail (nothing of theirs reached the worker)."""
         for seq in [s for s in self._waiting if s.adapter is not None and s.adapter.uid in failed]:
             message = f"adapter {seq.adapter.name!r} failed to load: {failed[seq.adapter.uid]}"
-            self._finish(seq, FinishReason.ERROR)
-            self._rejected.append(SequenceRejected(seq.seq_id, ModelLoadError.error_type, message))
+            self._refuse(seq, ModelLoadError.error_type, message)
+
+    def _refuse(self, seq: Sequence, error_type: str, message: str) -> None:
+        """A waiting sequence fails for a reason of its own (reported by ``drain_rejected``)."""
+        self._finish(seq, FinishReason.ERROR)
+        self._rejected.append(SequenceRejected(seq.seq_id, error_type, message))
 
     def lora_stats(self, registered: int) -> LoRAStats:
         running = sorted({s.adapter.name for s in self._running.values() if s.adapter is not None})

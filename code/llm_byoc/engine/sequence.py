@@ -10,6 +10,7 @@ from ..protocol import FinishReason, SamplingParams
 
 if TYPE_CHECKING:
     from ..adapters.messages import AdapterSpec
+    from ..grammar import GrammarMatcher
     from .block_pool import Block
 
 
@@ -44,6 +45,7 @@ class Sequence:
     blocks: list[Block] = field(default_factory=list)  # KV blocks, in token order
     block_hashes: list[bytes] = field(default_factory=list)  # of its full blocks, as far as computed
     num_registered: int = 0  # leading blocks already in the prefix cache
+    grammar: GrammarMatcher | None = None  # its grammar's state, from admission (params.grammar set)
 
     def __post_init__(self) -> None:
         self.num_prompt_tokens = len(self.token_ids)

@@ -30,6 +30,7 @@ from .kv_sizing import KVCacheSize, bytes_per_token, size_kv_cache
 from .loading import LoadedModel, load_model
 from .lora import AdapterStore, LoRASlots, LoRAStep, build_lora_batch
 from .sampler import SequenceSampling, sample
+from .token_mask import apply_token_masks, check_masks
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,7 @@ class ModelRunner:
         self._free(batch.freed)
         adapter_results = self._adapter_changes(batch)  # each reports its own failure, before the check
         self._check(batch)
+        masks = check_masks(batch.step_id, batch.masks, self.vocab_size)
         for seq_id in batch.preempted:
             seq = self._seqs[seq_id]
             seq.blocks, seq.num_cached = [], 0
@@ -95,7 +97,7 @@ class ModelRunner:
             if not seq.blocks:  # new, or preempted: it may start after a cached prefix the engine handed over
                 seq.num_cached = chunk.start_pos
             seq.blocks.extend(chunk.block_ids)
-        samples = self._compute(batch.chunks) if batch.chunks else []
+        samples = self._compute(batch.chunks, masks) if batch.chunks else []
         return StepOutput(batch.step_id, samples, time.perf_counter() - started, adapter_results)
 
     def _adapter_changes(self, batch: StepBatch) -> list[AdapterLoadResult]:
@@ -179,7 +181,7 @@ class ModelRunner:
 
     # --- the forward ----------------------------------------------------------------------
 
-    def _compute(self, chunks: list[ScheduledChunk]) -> list:
+    def _compute(self, chunks: list[ScheduledChunk], masks: dict[str, bytes]) -> list:
         ordered = order_chunks(chunks, self._lora_slot)
         tables = {c.seq_id: self._seqs[c.seq_id].blocks for c in ordered}
         inputs = build_step_inputs(ordered, tables, self.block_size, self.device)
@@ -192,6 +194,7 @@ class ModelRunner:
                 seq.num_cached += len(chunk.token_ids)
                 if seq.sampling.seen is not None:
                     seq.sampling.observe(torch.tensor(chunk.token_ids, device=self.device))
+            apply_token_masks(logits, inputs.sample_seq_ids, masks)  # constrained rows (structured output)
             states = {seq_id: self._seqs[seq_id].sampling for seq_id in inputs.sample_seq_ids}
             return sample(logits, inputs.sample_seq_ids, states)
 

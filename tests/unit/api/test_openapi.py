@@ -76,6 +76,7 @@ def test_the_container_serves_the_document(client):
     assert response.status_code == 200 and response.get_json() == openapi_document()
 
 
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
 SINGLE_MODEL_CALLS = [
     ("GET", "/ping", None),
     ("GET", "/execution-parameters", None),
@@ -95,6 +96,16 @@ SINGLE_MODEL_CALLS = [
     ("GET", "/adapters", None),
     ("GET", "/adapters/none", None),
     ("POST", "/adapters", {"name": "a", "src": "/opt/ml/model/adapters/a"}),
+    ("POST", "/invocations", {"inputs": "x", "parameters": {"grammar": {"type": "regex", "value": "[ab]+"}}}),
+    ("POST", "/invocations", {"messages": [{"role": "user", "content": "hi"}],
+                              "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {}}}}),
+    ("POST", "/invocations", {"messages": [{"role": "user", "content": "hi"}], "tools": [TOOL], "stream": True,
+                              "tool_choice": {"type": "function", "function": {"name": "f"}}}),
+    ("POST", "/invocations", {"messages": [{"role": "user", "content": "hi"}], "tools": [TOOL],
+                              "tool_choice": {"type": "function", "function": {"name": "f"}}}),
+    ("POST", "/invocations", {"messages": [{"role": "user", "content": "hi"}], "tools": [TOOL],
+                              "tool_choice": {"type": "function", "function": {"name": "g"}}}),
+    ("POST", "/invocations", {"inputs": "x", "parameters": {"grammar": {"type": "json", "value": {"if": {}}}}}),
 ]
 
 
