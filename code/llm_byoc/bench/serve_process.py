@@ -22,7 +22,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from ..multimodel.worker_client import process_tree, rss_bytes
+from ..process.procfs import footprint, process_tree
 from .report import write_json
 from .stats import distribution
 
@@ -88,7 +88,7 @@ class ServeProcess:
                 cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             except OSError:
                 continue
-            out[f"{_role(cmd)}[{pid}]"] = rss_bytes(pid)
+            out[f"{_role(cmd)}[{pid}]"] = footprint(pid).rss
         return out
 
     def stop(self, timeout_s: float = 90.0) -> int:
