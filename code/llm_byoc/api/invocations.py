@@ -1,4 +1,8 @@
-"""``POST /invocations`` in front of one engine: admit, submit, then answer or stream.
+"""``POST /invocations`` (and the OpenAI routes) in front of one engine: admit, submit, then answer or stream.
+
+Each route is an ``InvocationRoute`` with its own parser (``dispatch.py``);
+they share one ``SequenceGate`` and one ``ClientWatch``, so what follows holds
+for every generation route alike.
 
 One request, in order:
   1. take room for one sequence in this worker, or 429 at once (body unread);
@@ -34,7 +38,7 @@ from .admission import Deadline, SequenceGate, Ticket
 from .body import read_json
 from .client_watch import ClientWatch
 from .request_log import RequestLog
-from .schemas import parse_invocation
+from .dispatch import Parser, parse_invocation
 from .sse import SSE_MIMETYPE, sse_headers
 from .streaming import stream_frames
 
@@ -72,8 +76,10 @@ class InFlight:
 
 
 class InvocationRoute:
-    def __init__(self, engine: Any, config: ServerConfig, model: Any, gate: SequenceGate | None, watch: ClientWatch):
+    def __init__(self, engine: Any, config: ServerConfig, model: Any, gate: SequenceGate | None, watch: ClientWatch,
+                 parse: Parser = parse_invocation):
         self._engine = engine
+        self._parse = parse
         self._config = config
         self._model = model  # _ModelFacts: the ResponseContext of each answer
         self._gate = gate
@@ -94,7 +100,7 @@ class InvocationRoute:
         request_log: RequestLog = g.request_log
         ticket = self._gate.reserve() if self._gate is not None else None  # 429 before the body is read
         try:
-            invocation = parse_invocation(read_json(request, self._config.max_payload_bytes), lambda: self._engine.tokenizer)
+            invocation = self._parse(read_json(request, self._config.max_payload_bytes), lambda: self._engine.tokenizer)
             if ticket is not None:
                 ticket.resize(len(invocation.prompts))
             ctx = self._model.context(request_log.request_id)

@@ -6,22 +6,27 @@ with ``data: [DONE]`` (plus a usage chunk first when
 ``stream_options.include_usage`` is true). Chat prompts are rendered with the
 model's own chat template and tokenized here (special tokens come from the
 template, never added twice). As in the OpenAI API, temperature defaults to 1.0.
-Only ``n: 1`` is supported; ``prompt`` may be a string or a list of strings
-(one choice each).
+``prompt`` may be a string or a list of strings; each prompt gets ``n``
+choices, each its own sequence in the batch (choice ``i * n + j`` is sample j
+of prompt i; with a ``seed``, sample j is drawn with seed + j). Log-probabilities
+(chat ``logprobs`` / ``top_logprobs``, completions ``logprobs: N``) are the
+engine's own, see openai_logprobs.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..engine.outputs import GenerationResult, TokenEvent
 from ..errors import InvalidRequest
-from ..protocol import FinishReason, SamplingParams
+from ..protocol import MAX_TOP_LOGPROBS, FinishReason, SamplingParams
+from .openai_logprobs import ChoiceLogprobs, result_logprobs
 from .schemas import (
     MAX_CONTENT_PARTS,
     MAX_MESSAGES,
+    MAX_PROMPTS,
     ResponseContext,
     check_length,
     opt_bool,
@@ -37,9 +42,10 @@ from .sse import DONE
 
 COMMON_FIELDS = (
     "model", "max_tokens", "temperature", "top_p", "stop", "seed", "n", "stream",
-    "stream_options", "user",
+    "stream_options", "user", "logprobs", "ignore_eos", "min_tokens", "presence_penalty",
+    "frequency_penalty",
 )
-CHAT_FIELDS = COMMON_FIELDS + ("messages", "max_completion_tokens")
+CHAT_FIELDS = COMMON_FIELDS + ("messages", "max_completion_tokens", "top_logprobs")
 COMPLETION_FIELDS = COMMON_FIELDS + ("prompt",)
 MESSAGE_FIELDS = ("role", "content", "name")
 ROLES = ("system", "developer", "user", "assistant")
@@ -47,13 +53,14 @@ ROLES = ("system", "developer", "user", "assistant")
 
 @dataclass(frozen=True)
 class OpenAIInvocation:
-    prompts: list[str] | list[list[int]]
-    params: SamplingParams
+    prompts: list[str] | list[list[int]]  # one per choice: each prompt n times
+    params: SamplingParams | list[SamplingParams]  # one per choice when n > 1
     stream: bool
     chat: bool
     model: str | None = None  # the served model's name, or an adapter's
     include_usage: bool = False
     adapter: str | None = None  # (TGI's parameters.adapter_id; OpenAI bodies name adapters in "model")
+    logprobs: bool = False
 
     @property
     def object_name(self) -> str:
@@ -77,7 +84,8 @@ class OpenAIInvocation:
                 choice["message"] = {"role": "assistant", "content": r.text}
             else:
                 choice["text"] = r.text
-            choice.update(logprobs=None, finish_reason=finish_reason(r.finish_reason))
+            logprobs = result_logprobs(self.chat, ctx.tokenizer, r.token_ids, r.logprobs, r.top_logprobs)
+            choice.update(logprobs=logprobs, finish_reason=finish_reason(r.finish_reason))
             choices.append(choice)
         prompt = sum(r.prompt_tokens for r in results)
         completion = sum(r.completion_tokens for r in results)
@@ -95,27 +103,34 @@ class OpenAIStreamWriter:
         self._prompt_tokens: dict[int, int] = {}
         self._completion_tokens: dict[int, int] = {}
         self._cached_tokens: dict[int, int] = {}
+        self._logprobs = [ChoiceLogprobs(invocation.chat, ctx.tokenizer) for _ in invocation.prompts]
+        # With include_usage every chunk says "usage": null, and a last one (no choices) carries it.
+        self._usage_field = {"usage": None} if invocation.include_usage else {}
 
-    def _chunk(self, index: int, content: dict | str, reason: str | None, **extra: Any) -> dict:
+    def _chunk(self, index: int, content: dict | str, reason: str | None) -> dict:
         choice: dict[str, Any] = {"index": index}
         if self._inv.chat:
             choice["delta"] = content
         else:
             choice["text"] = content
-        choice.update(logprobs=None, finish_reason=reason)
-        return {**self._inv.header(self._ctx, chunk=True), "choices": [choice], **extra}
+        logprobs = self._logprobs[index].take() if self._inv.logprobs else None
+        choice.update(logprobs=logprobs, finish_reason=reason)
+        return {**self._inv.header(self._ctx, chunk=True), "choices": [choice], **self._usage_field}
 
     def start(self) -> Iterator[Any]:
-        if self._inv.chat:  # OpenAI opens a chat stream with the role
-            yield self._chunk(0, {"role": "assistant", "content": ""}, None)
+        if self._inv.chat:  # OpenAI opens each chat choice with the role
+            for index in range(len(self._inv.prompts)):
+                yield self._chunk(index, {"role": "assistant", "content": ""}, None)
 
     def on_event(self, event: TokenEvent) -> Iterator[Any]:
         self._prompt_tokens[event.index] = event.prompt_tokens
         self._completion_tokens[event.index] = event.completion_tokens
         self._cached_tokens[event.index] = event.cached_tokens
+        if event.token_id is not None and event.logprob is not None:
+            self._logprobs[event.index].add(event.token_id, event.logprob, event.top_logprobs)
         reason = finish_reason(event.finish_reason) if event.finish_reason else None
         if not (event.text or reason):
-            return  # text held back (half a character, a possible stop string)
+            return  # text held back (half a character, a possible stop string); its logprobs wait too
         if self._inv.chat:
             yield self._chunk(event.index, {"content": event.text} if event.text else {}, reason)
         else:
@@ -147,7 +162,10 @@ def finish_reason(reason: FinishReason) -> str:
 def parse_completion(body: dict) -> OpenAIInvocation:
     reject_unknown(body, COMPLETION_FIELDS, "the request body")
     prompts, _ = str_or_str_list(body["prompt"], "prompt")
-    return _invocation(body, prompts, chat=False, max_tokens=opt_int(body, "max_tokens", minimum=1))
+    top = opt_int(body, "logprobs", minimum=0)  # completions: how many alternatives (0: just the chosen token)
+    if top is not None and top > MAX_TOP_LOGPROBS:
+        raise InvalidRequest(f"logprobs must be from 0 to {MAX_TOP_LOGPROBS}, got {top}")
+    return _invocation(body, prompts, chat=False, max_tokens=opt_int(body, "max_tokens", minimum=1), top_logprobs=top)
 
 
 def parse_chat(body: dict, tokenizer: Any) -> OpenAIInvocation:
@@ -157,7 +175,16 @@ def parse_chat(body: dict, tokenizer: Any) -> OpenAIInvocation:
     max_tokens = opt_int(body, "max_completion_tokens", minimum=1)
     if max_tokens is None:
         max_tokens = opt_int(body, "max_tokens", minimum=1)
-    return _invocation(body, [token_ids], chat=True, max_tokens=max_tokens)
+    top = opt_int(body, "top_logprobs", minimum=0)
+    if opt_bool(body, "logprobs"):
+        top = top or 0
+    elif top:
+        raise InvalidRequest("top_logprobs needs logprobs: true")
+    else:
+        top = None
+    if top is not None and top > MAX_TOP_LOGPROBS:
+        raise InvalidRequest(f"top_logprobs must be from 0 to {MAX_TOP_LOGPROBS}, got {top}")
+    return _invocation(body, [token_ids], chat=True, max_tokens=max_tokens, top_logprobs=top)
 
 
 def render_chat(messages: list[dict], tokenizer: Any) -> list[int]:
@@ -200,10 +227,12 @@ def _content(value: Any, i: int) -> str:
     raise InvalidRequest(f"messages[{i}].content must be a string or an array of text parts")
 
 
-def _invocation(body: dict, prompts: list, chat: bool, max_tokens: int | None) -> OpenAIInvocation:
-    n = opt_int(body, "n", minimum=1)
-    if n not in (None, 1):
-        raise InvalidRequest("only n=1 is supported")
+def _invocation(body: dict, prompts: list, chat: bool, max_tokens: int | None,
+                top_logprobs: int | None) -> OpenAIInvocation:
+    """``top_logprobs``: None when no log-probabilities are asked for."""
+    n = opt_int(body, "n", minimum=1) or 1
+    if n * len(prompts) > MAX_PROMPTS:
+        raise InvalidRequest(f"n x prompts is {n * len(prompts)} choices; the limit is {MAX_PROMPTS}")
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise InvalidRequest("model must be a string")
@@ -219,12 +248,26 @@ def _invocation(body: dict, prompts: list, chat: bool, max_tokens: int | None) -
         top_p=1.0 if body.get("top_p") is None else opt_number(body, "top_p"),
         stop=opt_stop(body),
         seed=opt_int(body, "seed", minimum=0),
+        ignore_eos=bool(opt_bool(body, "ignore_eos")),
+        min_tokens=opt_int(body, "min_tokens", minimum=0) or 0,
+        presence_penalty=opt_number(body, "presence_penalty") or 0.0,
+        frequency_penalty=opt_number(body, "frequency_penalty") or 0.0,
+        logprobs=top_logprobs is not None,
+        top_logprobs=top_logprobs or 0,
     )
     return OpenAIInvocation(
-        prompts=prompts,
-        params=params,
+        prompts=[prompt for prompt in prompts for _ in range(n)],
+        params=params if n == 1 else _samples(params, n) * len(prompts),
         stream=bool(opt_bool(body, "stream")),
         chat=chat,
         model=model,
         include_usage=bool(opt_bool(options, "include_usage")),
+        logprobs=params.logprobs,
     )
+
+
+def _samples(params: SamplingParams, n: int) -> list[SamplingParams]:
+    """n independent samples of one prompt: with a seed, sample j is drawn with seed + j."""
+    if params.seed is None:
+        return [params] * n
+    return [replace(params, seed=params.seed + j) for j in range(n)]

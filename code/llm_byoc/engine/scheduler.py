@@ -363,7 +363,8 @@ class Scheduler:
             logprobs = None if sample.logprob is None else [sample.logprob]
             updates.append(
                 SequenceUpdate(
-                    seq.seq_id, [sample.token_id], logprobs, reason, seq.num_prompt_tokens, seq.num_cached_tokens
+                    seq.seq_id, [sample.token_id], logprobs, reason, seq.num_prompt_tokens, seq.num_cached_tokens,
+                    None if sample.top is None else [sample.top],
                 )
             )
         for seq_id in expected:  # the worker skipped a sequence: fail it, never stall it
