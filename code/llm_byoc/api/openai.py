@@ -59,6 +59,7 @@ class OpenAIInvocation:
     chat: bool
     model: str | None = None  # the served model's name, or an adapter's
     include_usage: bool = False
+    continuous_usage: bool = False  # stream_options.continuous_usage_stats (vLLM's): usage so far on every chunk
     adapter: str | None = None  # (TGI's parameters.adapter_id; OpenAI bodies name adapters in "model")
     logprobs: bool = False
 
@@ -104,8 +105,6 @@ class OpenAIStreamWriter:
         self._completion_tokens: dict[int, int] = {}
         self._cached_tokens: dict[int, int] = {}
         self._logprobs = [ChoiceLogprobs(invocation.chat, ctx.tokenizer) for _ in invocation.prompts]
-        # With include_usage every chunk says "usage": null, and a last one (no choices) carries it.
-        self._usage_field = {"usage": None} if invocation.include_usage else {}
 
     def _chunk(self, index: int, content: dict | str, reason: str | None) -> dict:
         choice: dict[str, Any] = {"index": index}
@@ -115,7 +114,19 @@ class OpenAIStreamWriter:
             choice["text"] = content
         logprobs = self._logprobs[index].take() if self._inv.logprobs else None
         choice.update(logprobs=logprobs, finish_reason=reason)
-        return {**self._inv.header(self._ctx, chunk=True), "choices": [choice], **self._usage_field}
+        return {**self._inv.header(self._ctx, chunk=True), "choices": [choice], **self._usage_field()}
+
+    def _usage_field(self) -> dict:
+        """With include_usage every chunk says "usage": null (or, continuous, the usage so far),
+        and a last one without choices carries the totals."""
+        if not self._inv.include_usage:
+            return {}
+        return {"usage": self._usage() if self._inv.continuous_usage else None}
+
+    def _usage(self) -> dict:
+        prompt = sum(self._prompt_tokens.values())
+        completion = sum(self._completion_tokens.values())
+        return usage(prompt, completion, sum(self._cached_tokens.values()))
 
     def start(self) -> Iterator[Any]:
         if self._inv.chat:  # OpenAI opens each chat choice with the role
@@ -138,10 +149,7 @@ class OpenAIStreamWriter:
 
     def finish(self) -> Iterator[Any]:
         if self._inv.include_usage:
-            prompt = sum(self._prompt_tokens.values())
-            completion = sum(self._completion_tokens.values())
-            cached = sum(self._cached_tokens.values())
-            yield {**self._inv.header(self._ctx, chunk=True), "choices": [], "usage": usage(prompt, completion, cached)}
+            yield {**self._inv.header(self._ctx, chunk=True), "choices": [], "usage": self._usage()}
         yield DONE
 
 
@@ -240,7 +248,7 @@ def _invocation(body: dict, prompts: list, chat: bool, max_tokens: int | None,
         raise InvalidRequest("user must be a string")
     raw_options = body.get("stream_options")
     options = {} if raw_options is None else require_object(raw_options, "stream_options")
-    reject_unknown(options, ("include_usage",), "stream_options")
+    reject_unknown(options, ("include_usage", "continuous_usage_stats"), "stream_options")
     temperature = opt_number(body, "temperature")
     params = SamplingParams(
         max_new_tokens=SamplingParams.max_new_tokens if max_tokens is None else max_tokens,
@@ -262,6 +270,7 @@ def _invocation(body: dict, prompts: list, chat: bool, max_tokens: int | None,
         chat=chat,
         model=model,
         include_usage=bool(opt_bool(options, "include_usage")),
+        continuous_usage=bool(opt_bool(options, "include_usage") and opt_bool(options, "continuous_usage_stats")),
         logprobs=params.logprobs,
     )
 
