@@ -62,6 +62,7 @@ class OpenAIInvocation:
     continuous_usage: bool = False  # stream_options.continuous_usage_stats (vLLM's): usage so far on every chunk
     adapter: str | None = None  # (TGI's parameters.adapter_id; OpenAI bodies name adapters in "model")
     logprobs: bool = False
+    n: int = 1  # choices per prompt: the prompt counts once in usage, as OpenAI bills it
 
     @property
     def object_name(self) -> str:
@@ -88,9 +89,10 @@ class OpenAIInvocation:
             logprobs = result_logprobs(self.chat, ctx.tokenizer, r.token_ids, r.logprobs, r.top_logprobs)
             choice.update(logprobs=logprobs, finish_reason=finish_reason(r.finish_reason))
             choices.append(choice)
-        prompt = sum(r.prompt_tokens for r in results)
+        firsts = [r for r in results if r.index % self.n == 0]  # each prompt's first choice
+        prompt = sum(r.prompt_tokens for r in firsts)
+        cached = sum(r.cached_tokens for r in firsts)
         completion = sum(r.completion_tokens for r in results)
-        cached = sum(r.cached_tokens for r in results)
         return {**self.header(ctx, chunk=False), "choices": choices, "usage": usage(prompt, completion, cached)}
 
     def stream_writer(self, ctx: ResponseContext) -> OpenAIStreamWriter:
@@ -124,9 +126,10 @@ class OpenAIStreamWriter:
         return {"usage": self._usage() if self._inv.continuous_usage else None}
 
     def _usage(self) -> dict:
-        prompt = sum(self._prompt_tokens.values())
-        completion = sum(self._completion_tokens.values())
-        return usage(prompt, completion, sum(self._cached_tokens.values()))
+        n = self._inv.n  # each prompt counts once: its first choice's figures
+        prompt = sum(tokens for index, tokens in self._prompt_tokens.items() if index % n == 0)
+        cached = sum(tokens for index, tokens in self._cached_tokens.items() if index % n == 0)
+        return usage(prompt, sum(self._completion_tokens.values()), cached)
 
     def start(self) -> Iterator[Any]:
         if self._inv.chat:  # OpenAI opens each chat choice with the role
@@ -272,6 +275,7 @@ def _invocation(body: dict, prompts: list, chat: bool, max_tokens: int | None,
         include_usage=bool(opt_bool(options, "include_usage")),
         continuous_usage=bool(opt_bool(options, "include_usage") and opt_bool(options, "continuous_usage_stats")),
         logprobs=params.logprobs,
+        n=n,
     )
 
 

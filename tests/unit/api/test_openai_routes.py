@@ -47,6 +47,7 @@ def test_n_choices_are_sequences_and_a_seed_moves_per_choice(client, engine):
     prompts, params, _ = engine.submitted[0]
     assert prompts == ["ab", "ab", "cd", "cd"] and [p.seed for p in params] == [5, 6, 5, 6]
     assert out["usage"]["completion_tokens"] == 4 * 3
+    assert out["usage"]["prompt_tokens"] == 3 + 3  # BOS + 2 characters, each prompt once (as OpenAI bills n > 1)
 
 
 def test_chat_stream_with_n_opens_every_choice_and_counts_usage(client):
@@ -58,6 +59,7 @@ def test_chat_stream_with_n_opens_every_choice_and_counts_usage(client):
     assert [c["choices"][0]["delta"] for c in chunks[:2]] == [{"role": "assistant", "content": ""}] * 2
     assert all(c["usage"] is None for c in chunks[:-1])
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 8
+    assert chunks[-1]["usage"]["prompt_tokens"] == len("<user>hi<assistant>")
     assert {c["choices"][0]["finish_reason"] for c in chunks[:-1] if c["choices"][0]["finish_reason"]} == {"length"}
 
 
