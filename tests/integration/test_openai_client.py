@@ -8,7 +8,7 @@ import math
 import openai
 import pytest
 import requests
-from serve_helpers import STARTUP_S, Server, wait_for_ping
+from serve_helpers import Server, started
 
 pytestmark = pytest.mark.slow
 
@@ -17,12 +17,7 @@ MESSAGES = [{"role": "user", "content": "Hello there"}]
 
 @pytest.fixture(scope="module")
 def server(tiny_llama_dir, tmp_path_factory):
-    server = Server(tiny_llama_dir, tmp_path_factory.mktemp("openai") / "serve.log")
-    try:
-        wait_for_ping(server.url, STARTUP_S, server.proc, consecutive=3)
-    except AssertionError:
-        server.stop()
-        raise AssertionError(server.log()) from None
+    server = started(Server(tiny_llama_dir, tmp_path_factory.mktemp("openai") / "serve.log"))
     yield server
     server.stop()
 
