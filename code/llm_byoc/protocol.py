@@ -60,6 +60,9 @@ class GrammarSpec:
     value: str = ""
 
 
+MAX_TOP_LOGPROBS = 20  # alternatives per token (OpenAI's limit)
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How to pick tokens for one sequence. Greedy unless temperature > 0."""
@@ -74,6 +77,11 @@ class SamplingParams:
     ignore_eos: bool = False
     logprobs: bool = False
     grammar: GrammarSpec | None = None  # constrained decoding: every token must keep the output valid
+    # OpenAI's fields (each default changes nothing)
+    min_tokens: int = 0  # EOS is held back until this many tokens are generated
+    presence_penalty: float = 0.0  # subtracted once from the logit of every token already generated
+    frequency_penalty: float = 0.0  # subtracted per time a token was already generated
+    top_logprobs: int = 0  # with logprobs: also the most likely alternatives, at most MAX_TOP_LOGPROBS
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop", tuple(self.stop))
@@ -117,6 +125,18 @@ class SamplingParams:
             isinstance(grammar, GrammarSpec) and grammar.kind in GRAMMAR_KINDS and isinstance(grammar.value, str)
         ):
             raise InvalidRequest(f"grammar must be a GrammarSpec of kind {', '.join(GRAMMAR_KINDS)}")
+        if not is_int(self.min_tokens) or not 0 <= self.min_tokens <= self.max_new_tokens:
+            raise InvalidRequest(
+                f"min_tokens must be an integer from 0 to max_new_tokens ({self.max_new_tokens}), got {self.min_tokens!r}"
+            )
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if not is_num(value) or not -2.0 <= value <= 2.0:
+                raise InvalidRequest(f"{name} must be a number from -2 to 2, got {value!r}")
+        if not is_int(self.top_logprobs) or not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
+            raise InvalidRequest(f"top_logprobs must be an integer from 0 to {MAX_TOP_LOGPROBS}, got {self.top_logprobs!r}")
+        if self.top_logprobs and not self.logprobs:
+            raise InvalidRequest("top_logprobs needs logprobs")
         return self
 
 
@@ -206,10 +226,19 @@ class StepBatch:
 
 
 @dataclass(frozen=True)
+class TopLogprobs:
+    """The most likely tokens at one position and their log-probabilities, most likely first."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+
+
+@dataclass(frozen=True)
 class SampledToken:
     seq_id: str
     token_id: int
     logprob: float | None = None
+    top: TopLogprobs | None = None  # only when the sequence asked for top_logprobs
 
 
 @dataclass(frozen=True)
@@ -266,6 +295,7 @@ class SequenceUpdate:
     finish_reason: FinishReason | None = None
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
+    top_logprobs: list[TopLogprobs] | None = None  # one per token, when asked for
 
 
 @dataclass(frozen=True)
@@ -355,6 +385,7 @@ _CODEC = MessageCodec(
         NewSequence,
         ScheduledChunk,
         StepBatch,
+        TopLogprobs,
         SampledToken,
         StepOutput,
         WorkerReady,

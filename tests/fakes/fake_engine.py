@@ -24,6 +24,7 @@ from llm_byoc.errors import (
     QueueFull,
     RequestTimeout,
 )
+from llm_byoc.engine.llm_engine import per_prompt_params
 from llm_byoc.protocol import (
     EngineState,
     FinishReason,
@@ -108,8 +109,9 @@ class FakeEngine:
             raise SessionNotFound(f"session {session_id!r} is not open on this instance")
         self.sessions.remove(session_id)
 
-    def submit(self, prompts, params: SamplingParams, request_id: str | None = None, adapter: str | None = None,
+    def submit(self, prompts, params, request_id: str | None = None, adapter: str | None = None,
                session_id: str | None = None) -> FakeHandle:
+        """``params``: one SamplingParams for all prompts, or one per prompt (as LLMEngine.submit)."""
         if adapter is not None and adapter not in self.adapters:
             raise AdapterNotFound(f"adapter {adapter!r} is not registered")
         if session_id is not None and session_id not in self.sessions:
@@ -118,7 +120,9 @@ class FakeEngine:
             raise EngineDead("the model worker died")
         if self.state is EngineState.LOADING:
             raise EngineNotReady("the model is still loading")
-        params.validate(self.max_new_tokens_limit)
+        per_prompt = per_prompt_params(params, len(prompts))
+        for p in per_prompt:
+            p.validate(self.max_new_tokens_limit)
         if self.queue_full:
             raise QueueFull("the queue is full")
         ids = [self.tokenizer.encode(p) if isinstance(p, str) else list(p) for p in prompts]
@@ -127,16 +131,16 @@ class FakeEngine:
         self.submitted.append((prompts, params, request_id))
         self.adapters_used.append(adapter)
         self.sessions_used.append(session_id)
-        return FakeHandle(self, request_id or "req", ids, params)
+        return FakeHandle(self, request_id or "req", ids, per_prompt)
 
 
 class FakeHandle:
-    def __init__(self, engine: FakeEngine, request_id: str, prompt_ids: list[list[int]], params: SamplingParams):
+    def __init__(self, engine: FakeEngine, request_id: str, prompt_ids: list[list[int]], params: list[SamplingParams]):
         self.engine = engine
         self.request_id = request_id
         self.num_prompts = len(prompt_ids)
         self._prompt_ids = prompt_ids
-        self._params = params
+        self._params = params  # one per prompt
         self._aborted = threading.Event()
         self._done = False  # every prompt finished: abort is then a no-op, as in LLMEngine
 
@@ -165,17 +169,18 @@ class FakeHandle:
     def _prompt_events(self, index: int, ids: list[int]):
         text = ""
         reply = self._reply(ids)
-        for n, token in enumerate(reply[: self._params.max_new_tokens], start=1):
+        params = self._params[index]
+        for n, token in enumerate(reply[: params.max_new_tokens], start=1):
             piece = "" if token == EOS else chr(token)
-            stop = next((s for s in self._params.stop if s in text + piece), None)
+            stop = next((s for s in params.stop if s in text + piece), None)
             if stop is not None:  # like the real front end: cut the stop string, finish STOP
                 kept = (text + piece)[: (text + piece).index(stop)]
                 yield self._event(index, None, kept[len(text):], FinishReason.STOP, len(ids), n - 1)
                 return
             text += piece
-            if token == EOS and not self._params.ignore_eos:
+            if token == EOS and not params.ignore_eos:
                 reason = FinishReason.STOP
-            elif n == self._params.max_new_tokens:
+            elif n == params.max_new_tokens:
                 reason = FinishReason.LENGTH
             else:
                 reason = None
@@ -184,7 +189,7 @@ class FakeHandle:
                 return
 
     def _event(self, index, token, text, reason, prompt_tokens, completion_tokens) -> TokenEvent:
-        logprob = -0.5 if self._params.logprobs and token is not None else None
+        logprob = -0.5 if self._params[index].logprobs and token is not None else None
         return TokenEvent(index, token, text, logprob, reason, prompt_tokens, completion_tokens)
 
     def result(self, timeout_s: float | None = None) -> list[GenerationResult]:
@@ -196,7 +201,7 @@ class FakeHandle:
         results = []
         for i in range(self.num_prompts):
             tokens = [e.token_id for e in texts[i] if e.token_id is not None]
-            logprobs = [e.logprob for e in texts[i] if e.token_id is not None] if self._params.logprobs else None
+            logprobs = [e.logprob for e in texts[i] if e.token_id is not None] if self._params[i].logprobs else None
             results.append(GenerationResult(
                 i, "".join(e.text for e in texts[i]), tokens, last[i].finish_reason,
                 last[i].prompt_tokens, last[i].completion_tokens, logprobs,

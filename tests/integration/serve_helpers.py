@@ -45,6 +45,16 @@ def wait_for_ping(url: str, timeout_s: float, proc=None, consecutive: int = 10) 
     raise AssertionError(f"/ping never said 200 {consecutive} times in a row: {last}")
 
 
+def started(server: "Server", consecutive: int = 3) -> "Server":
+    """``server`` once /ping says 200 ``consecutive`` times; stopped, with its log in the error, if it never does."""
+    try:
+        wait_for_ping(server.url, STARTUP_S, server.proc, consecutive=consecutive)
+    except AssertionError:
+        server.stop()
+        raise AssertionError(server.log()) from None
+    return server
+
+
 def sse_payloads(response: requests.Response) -> list:
     """The events of a streamed response, read as they arrive."""
     events = []

@@ -19,22 +19,13 @@ import time
 
 import pytest
 import requests
-from serve_helpers import STARTUP_S, Server, fake_serve, wait_for_ping
+from serve_helpers import Server, fake_serve, started
 
 pytestmark = pytest.mark.slow
 
 STEP_S = 0.05  # the fake model's step time: a 100-token stream takes 5 s
 LIMITS = {"LLM_BYOC_MAX_NUM_SEQS": "4", "LLM_BYOC_MAX_WAITING": "8"}
 GAUGES = re.compile(r"^llm_byoc_num_requests_(running|waiting)\s+([0-9.e+]+)$", re.M)
-
-
-def started(server: Server) -> Server:
-    try:
-        wait_for_ping(server.url, STARTUP_S, server.proc, consecutive=3)
-    except AssertionError:
-        server.stop()
-        raise AssertionError(server.log()) from None
-    return server
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,9 @@
 """The Flask app: the SageMaker hosting routes in front of one engine.
 
   GET  /ping                  200 when the model is loaded and its worker alive, else 503
+  GET  /health                the same answer (what Kubernetes and OpenAI-style tooling probe)
   POST /invocations           TGI or OpenAI style generation, plain JSON or SSE stream
+  /v1/...                     the OpenAI API (api/openai_routes.py)
   GET  /execution-parameters  batch transform settings
   GET  /openapi.json          this API as an OpenAPI 3.1 document
 
@@ -10,7 +12,7 @@
 reach the engine process. Errors are ``ServingError``s, turned into JSON by
 the one handler in ``api.errors``. ``/ping`` answers from ``HealthCache``
 and never waits on the engine; a connection over the worker's limit
-(``OVER_CAPACITY``, see ``http_worker``) gets 429 for anything but ``/ping``.
+(``OVER_CAPACITY``, see ``http_worker``) gets 429 for anything but ``/ping`` and ``/health``.
 """
 
 from __future__ import annotations
@@ -34,11 +36,13 @@ from .errors import error_response, register_error_handlers
 from .health import REFRESH_S, HealthCache
 from .http_worker import OVER_CAPACITY, set_io_timeouts
 from .invocations import CLIENT_SOCKET, InvocationRoute
+from .openai_routes import register_openai_routes
 from .openapi import register_openapi_route
 from .request_log import RequestLog
 from .schemas import ResponseContext
 
 CUSTOM_ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
+HEALTH_PATHS = ("/ping", "/health")  # answered even beyond the connection limit
 MIB = 1024 * 1024
 
 
@@ -53,11 +57,12 @@ def create_app(
     model = _ModelFacts(engine, config.served_model_name)
     health = HealthCache(lambda: engine.health(), refresh_s=health_refresh_s)
     gate = SequenceGate(capacity) if capacity else None
-    app.add_url_rule(
-        "/invocations", "invocations", InvocationRoute(engine, config, model, gate, ClientWatch()), methods=["POST"]
-    )
+    watch = ClientWatch()
+    app.add_url_rule("/invocations", "invocations", InvocationRoute(engine, config, model, gate, watch), methods=["POST"])
+    register_openai_routes(app, engine, config, model, gate, watch)
 
     @app.get("/ping")
+    @app.get("/health")
     def ping():
         report = health.report()
         if report.state is EngineState.READY:
@@ -123,7 +128,7 @@ def _base_app(config: ServerConfig) -> Flask:
     @app.before_request
     def _guard_connection():
         if request.environ.get(OVER_CAPACITY):
-            if request.path != "/ping":
+            if request.path not in HEALTH_PATHS:
                 raise TooManyConnections(
                     f"the server holds its limit of {config.max_connections} connections per worker "
                     "(LLM_BYOC_MAX_CONNECTIONS); retry later"

@@ -3,13 +3,17 @@
 Anything that is not a ServingError is a bug or an outage on our side: the
 client gets a generic 500 and the details go to the log, never the response.
 A 429 (overload) and a 503 while the model loads carry ``Retry-After``.
+
+Under ``/v1/`` (the OpenAI routes) the body takes OpenAI's shape, which the
+``openai`` client reads into its error types, and keeps our ``type`` beside it:
+``{"error": {"message", "type", "param", "code"}, "type"}``.
 """
 
 from __future__ import annotations
 
 import logging
 
-from flask import Flask, jsonify
+from flask import Flask, has_request_context, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from ..errors import EngineNotReady, ServingError
@@ -19,8 +23,18 @@ log = logging.getLogger(__name__)
 RETRY_AFTER_S = 1  # what a refused client is told to wait: capacity frees up as tokens are made
 
 
+OPENAI_PREFIX = "/v1/"
+
+
+def error_body(status: int, message: str, error_type: str) -> dict:
+    """The JSON of an error answer (or of a stream's last event) for the route being served."""
+    if has_request_context() and request.path.startswith(OPENAI_PREFIX):
+        return {"error": {"message": message, "type": error_type, "param": None, "code": status}, "type": error_type}
+    return {"error": message, "type": error_type}
+
+
 def error_response(status: int, message: str, error_type: str):
-    response = jsonify({"error": message, "type": error_type})
+    response = jsonify(error_body(status, message, error_type))
     response.status_code = status
     if status == 429 or error_type == EngineNotReady.error_type:
         response.headers["Retry-After"] = str(RETRY_AFTER_S)

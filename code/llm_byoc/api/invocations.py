@@ -1,4 +1,8 @@
-"""``POST /invocations`` in front of one engine: admit, submit, then answer or stream.
+"""``POST /invocations`` (and the OpenAI routes) in front of one engine: admit, submit, then answer or stream.
+
+Each route is an ``InvocationRoute`` with its own parser (``dispatch.py``);
+they share one ``SequenceGate`` and one ``ClientWatch``, so what follows holds
+for every generation route alike.
 
 One request, in order:
   1. take room for one sequence in this worker, or 429 at once (body unread);
@@ -33,8 +37,8 @@ from .adapters import chosen_adapter
 from .admission import Deadline, SequenceGate, Ticket
 from .body import read_json
 from .client_watch import ClientWatch
+from .dispatch import Parser, parse_invocation
 from .request_log import RequestLog
-from .schemas import parse_invocation
 from .sessions import answer_session_request, session_of, session_request
 from .sse import SSE_MIMETYPE, sse_headers
 from .streaming import stream_frames
@@ -73,8 +77,10 @@ class InFlight:
 
 
 class InvocationRoute:
-    def __init__(self, engine: Any, config: ServerConfig, model: Any, gate: SequenceGate | None, watch: ClientWatch):
+    def __init__(self, engine: Any, config: ServerConfig, model: Any, gate: SequenceGate | None, watch: ClientWatch,
+                 parse: Parser = parse_invocation):
         self._engine = engine
+        self._parse = parse
         self._config = config
         self._model = model  # _ModelFacts: the ResponseContext of each answer
         self._gate = gate
@@ -101,7 +107,7 @@ class InvocationRoute:
                 if ticket is not None:
                     ticket.release()
                 return answer_session_request(self._engine, session_kind, request.headers)
-            invocation = parse_invocation(body, lambda: self._engine.tokenizer)
+            invocation = self._parse(body, lambda: self._engine.tokenizer)
             if ticket is not None:
                 ticket.resize(len(invocation.prompts))
             ctx = self._model.context(request_log.request_id)

@@ -70,5 +70,5 @@ class RequestLog:
             parts.append(f"ttft_ms={(self.first_token_at - self.started) * 1000:.1f}")
         if stream_status is not None:
             parts.append(f"stream={stream_status}")
-        level = logging.DEBUG if self.path == "/ping" and status == 200 else logging.INFO
+        level = logging.DEBUG if self.path in ("/ping", "/health") and status == 200 else logging.INFO
         log.log(level, " ".join(parts))

@@ -1,11 +1,8 @@
-"""Request schemas: which style a body speaks, and the field checks they share.
+"""Request schemas: what a parsed request is, and the field checks the styles share.
 
-Three styles arrive on ``POST /invocations``:
-  {"inputs": ...}    Hugging Face / TGI              -> tgi.py
-  {"messages": ...}  OpenAI chat completions         -> openai.py
-  {"prompt": ...}    OpenAI (legacy) completions     -> openai.py
-Each parser returns an ``Invocation``: the prompts and SamplingParams to submit,
-and how to write the results (one JSON body, or server-sent events).
+The styles (tgi.py, openai.py; which one a body speaks: dispatch.py) each
+return an ``Invocation``: the prompts and SamplingParams to submit, and how to
+write the results (one JSON body, or server-sent events).
 Unknown fields and wrong types are refused with a 400 naming the field; lists
 longer than their limit (below) with a 400 naming the limit.
 """
@@ -56,7 +53,7 @@ class StreamWriter(Protocol):
 
 class Invocation(Protocol):
     prompts: list[str] | list[list[int]]
-    params: SamplingParams
+    params: SamplingParams | list[SamplingParams]  # one for all prompts, or one per prompt
     stream: bool
     adapter: str | None  # an adapter named in the body's own way
     model: str | None  # OpenAI's "model" (the served model or an adapter)
@@ -176,25 +173,3 @@ def _json_type(value: Any) -> str:
     if isinstance(value, dict):
         return "an object"
     return type(value).__name__
-
-
-# --- dispatch -----------------------------------------------------------------------
-
-
-def parse_invocation(body: Any, tokenizer_of: Any) -> Invocation:
-    """Pick the schema from the body's keys. ``tokenizer_of()`` gives the
-    engine's tokenizer (only chat needs it: the model's chat template)."""
-    from . import openai, tgi  # the schema modules import the helpers above
-
-    body = require_object(body, "the request body")
-    styles = [key for key in ("inputs", "messages", "prompt") if key in body]
-    if len(styles) != 1:
-        raise InvalidRequest(
-            'the body must have exactly one of "inputs" (Hugging Face/TGI), '
-            '"messages" (OpenAI chat) or "prompt" (OpenAI completions)'
-        )
-    if styles[0] == "inputs":
-        return tgi.parse(body)
-    if styles[0] == "messages":
-        return openai.parse_chat(body, tokenizer_of())
-    return openai.parse_completion(body)

@@ -20,6 +20,7 @@ from ..engine.outputs import TokenEvent
 from ..errors import ServingError
 from ..protocol import FinishReason
 from .admission import Deadline
+from .errors import error_body
 from .request_log import RequestLog
 from .schemas import StreamWriter
 from .sse import sse_event
@@ -53,11 +54,11 @@ def stream_frames(
     except ServingError as exc:
         status = exc.error_type
         log.warning("stream %s ended by %s: %s", request_log.request_id, exc.error_type, exc.message)
-        yield sse_event(exc.to_dict())
+        yield sse_event(error_body(exc.status_code, exc.message, exc.error_type))
     except Exception:
         status = "internal_error"
         log.exception("stream %s failed", request_log.request_id)
-        yield sse_event({"error": "internal server error", "type": "internal_error"})
+        yield sse_event(error_body(500, "internal server error", "internal_error"))
     finally:
         if not finished:
             _abort(handle, request_log.request_id)

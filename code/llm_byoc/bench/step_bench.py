@@ -17,6 +17,7 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -40,12 +41,14 @@ def _tables(runner: ModelRunner, ids: list[str], tokens: int) -> dict[str, list[
     return {seq_id: free[i * per_seq : (i + 1) * per_seq] for i, seq_id in enumerate(ids)}
 
 
-def time_decode(runner: ModelRunner, batch: int, context: int, steps: int, step_id: int) -> list[float]:
-    """Prefill ``batch`` sequences to ``context`` tokens, then time ``steps`` decode steps."""
+def time_decode(runner: ModelRunner, batch: int, context: int, steps: int, step_id: int,
+                params_of: Callable[[int], SamplingParams] | None = None) -> list[float]:
+    """Prefill ``batch`` sequences to ``context`` tokens, then time ``steps`` decode steps.
+    ``params_of(i)``: sequence i's sampling (default greedy)."""
     rng = random.Random(batch)
-    ids = [f"d{batch}-{i}" for i in range(batch)]
-    params = SamplingParams(max_new_tokens=steps + 1)
-    new = [NewSequence(seq_id, params) for seq_id in ids]
+    ids = [f"d{batch}-{i}-{step_id}" for i in range(batch)]
+    new = [NewSequence(seq_id, params_of(i) if params_of else SamplingParams(max_new_tokens=steps + 1))
+           for i, seq_id in enumerate(ids)]
     tables = _tables(runner, ids, context + steps)
     chunks = [ScheduledChunk(s, _prompt(context, runner.vocab_size, rng), 0, True, tables[s]) for s in ids]
     out = runner.step(StepBatch(step_id, new, chunks))

@@ -12,6 +12,11 @@ namespaces never share blocks). A new sequence whose prompt starts with cached
 blocks takes them and skips their prefill. At most ``num_tokens - 1`` tokens
 come from the cache, so the last prompt token is always computed and there are
 logits to sample.
+
+A prompt block another running sequence is computing but has not registered
+yet (the same prompt sent n times, one system prompt in a burst) is worth
+waiting for: ``being_computed`` names those blocks, and the scheduler holds a
+sequence whose next uncached block is among them until it is cached.
 """
 
 from __future__ import annotations
@@ -76,6 +81,21 @@ class KVCacheManager:
                 break
             hits.append(block)
         return hits
+
+    def next_block_hash(self, seq: Sequence, num_cached_blocks: int) -> bytes | None:
+        """The hash of the block after ``seq``'s cached prefix, if the cache could ever serve it."""
+        if not self.enable_prefix_caching or num_cached_blocks >= (seq.num_tokens - 1) // self.block_size:
+            return None
+        return self._hashes(seq, num_cached_blocks + 1)[num_cached_blocks]
+
+    def being_computed(self, seq: Sequence) -> list[bytes]:
+        """Hashes of the full prompt blocks of running ``seq`` not registered yet (computed now or soon)."""
+        if not self.enable_prefix_caching:
+            return []
+        full = seq.num_prompt_tokens // self.block_size
+        if seq.num_registered >= full:
+            return []
+        return self._hashes(seq, full)[seq.num_registered:]
 
     def admit(self, seq: Sequence, prefix: list[Block], num_tokens: int, reserve: int = 0) -> list[int] | None:
         """Give a sequence with no blocks ``prefix`` plus fresh blocks for ``num_tokens`` tokens.

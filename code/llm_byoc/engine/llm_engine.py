@@ -108,24 +108,27 @@ class LLMEngine:
 
     # --- requests ----------------------------------------------------------------
 
-    def submit(self, prompts: Prompts, params: SamplingParams, request_id: str | None = None,
+    def submit(self, prompts: Prompts, params: SamplingParams | list[SamplingParams], request_id: str | None = None,
                adapter: str | None = None, session_id: str | None = None) -> RequestHandle:
         """Queue every prompt of a request (on a registered LoRA ``adapter``, or the base model);
-        raises InvalidRequest, AdapterNotFound, QueueFull, EngineNotReady or EngineDead (then
-        nothing of the request stays queued)."""
+        ``params``: one for all prompts, or one per prompt. Raises InvalidRequest, AdapterNotFound,
+        QueueFull, EngineNotReady or EngineDead (then nothing of the request stays queued)."""
         info = self._ready_info()
         tokenizer = self._load_tokenizer()
         prompt_ids = [self._prompt_ids(p, tokenizer, info.max_model_len) for p in _as_prompt_list(prompts)]
+        per_prompt = per_prompt_params(params, len(prompt_ids))
         request_id = request_id or uuid.uuid4().hex
         streams = [
-            PromptStream(i, f"{request_id}-{i}", ids, tokenizer, params) for i, ids in enumerate(prompt_ids)
+            PromptStream(i, f"{request_id}-{i}", ids, tokenizer, p)
+            for i, (ids, p) in enumerate(zip(prompt_ids, per_prompt))
         ]
         handle = RequestHandle(request_id, streams, self._release)
         with self._routes_lock:
             if any(s.seq_id in self._routes for s in streams):
                 raise InvalidRequest(f"request id {request_id!r} is already in use")
             self._routes.update({s.seq_id: handle for s in streams})
-        adds = [AddSequence(s.seq_id, ids, params, adapter or "", session_id or "") for s, ids in zip(streams, prompt_ids)]
+        adds = [AddSequence(s.seq_id, ids, p, adapter or "", session_id or "")
+                for s, ids, p in zip(streams, prompt_ids, per_prompt)]
         try:
             self._core.add(adds)
         except BaseException:
@@ -213,6 +216,14 @@ class LLMEngine:
 
     def shutdown(self) -> None:
         self._core.shutdown()
+
+
+def per_prompt_params(params: SamplingParams | list[SamplingParams], num_prompts: int) -> list[SamplingParams]:
+    if isinstance(params, SamplingParams):
+        return [params] * num_prompts
+    if len(params) != num_prompts:
+        raise InvalidRequest(f"{len(params)} sampling parameter sets for {num_prompts} prompts")
+    return list(params)
 
 
 def _as_prompt_list(prompts: Any) -> list:

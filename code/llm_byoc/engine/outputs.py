@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..protocol import FinishReason
+from ..protocol import FinishReason, TopLogprobs
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,7 @@ class TokenEvent:
     prompt_tokens: int
     completion_tokens: int  # tokens generated so far for this prompt
     cached_tokens: int = 0  # prompt tokens served from the prefix cache
+    top_logprobs: TopLogprobs | None = None  # the likeliest alternatives, when asked for
 
 
 @dataclass(frozen=True)
@@ -41,3 +42,4 @@ class GenerationResult:
     completion_tokens: int
     logprobs: list[float] | None = field(default=None)
     cached_tokens: int = 0  # prompt tokens served from the prefix cache
+    top_logprobs: list[TopLogprobs] | None = None  # one per token, when asked for

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import RequestTimeout, ServingError
-from ..protocol import FinishReason, SamplingParams, SequenceRejected, SequenceUpdate
+from ..protocol import FinishReason, SamplingParams, SequenceRejected, SequenceUpdate, TopLogprobs
 from .detokenizer import IncrementalDetokenizer, StopStringMatcher
 from .outputs import GenerationResult, TokenEvent
 
@@ -34,8 +34,10 @@ class PromptStream:
         self._detok = IncrementalDetokenizer(tokenizer, prompt_ids)
         self._stops = StopStringMatcher(params.stop)
         self._want_logprobs = params.logprobs
+        self._want_top = params.logprobs and params.top_logprobs > 0
         self.token_ids: list[int] = []
         self.logprobs: list[float] = []
+        self.top_logprobs: list[TopLogprobs] = []
         self._text: list[str] = []
         self.finish_reason: FinishReason | None = None
 
@@ -49,18 +51,22 @@ class PromptStream:
         last = len(update.token_ids) - 1
         for i, token_id in enumerate(update.token_ids):
             logprob = update.logprobs[i] if update.logprobs and i < len(update.logprobs) else None
+            top = update.top_logprobs[i] if update.top_logprobs and i < len(update.top_logprobs) else None
             reason = update.finish_reason if i == last else None
-            events.append(self._on_token(token_id, logprob, reason))
+            events.append(self._on_token(token_id, logprob, top, reason))
             if self.finished:
                 break
         if not update.token_ids and update.finish_reason is not None:
             events.append(self.finish(update.finish_reason))
         return events
 
-    def _on_token(self, token_id: int, logprob: float | None, reason: FinishReason | None) -> TokenEvent:
+    def _on_token(self, token_id: int, logprob: float | None, top: TopLogprobs | None,
+                  reason: FinishReason | None) -> TokenEvent:
         self.token_ids.append(token_id)
         if logprob is not None:
             self.logprobs.append(logprob)
+        if top is not None:
+            self.top_logprobs.append(top)
         text = self._stops.feed(self._detok.add(token_id))
         if self._stops.stopped:
             reason = FinishReason.STOP
@@ -68,7 +74,7 @@ class PromptStream:
             text += self._stops.feed(self._detok.flush()) + self._stops.flush()
             if self._stops.stopped:
                 reason = FinishReason.STOP
-        return self._event(token_id, text, logprob, reason)
+        return self._event(token_id, text, logprob, reason, top)
 
     def finish(self, reason: FinishReason) -> TokenEvent:
         """A final event that carries no token (aborted, or the engine ended it)."""
@@ -77,7 +83,8 @@ class PromptStream:
             text = self._stops.feed(self._detok.flush()) + self._stops.flush()
         return self._event(None, text, None, reason)
 
-    def _event(self, token_id: int | None, text: str, logprob: float | None, reason: FinishReason | None) -> TokenEvent:
+    def _event(self, token_id: int | None, text: str, logprob: float | None, reason: FinishReason | None,
+               top: TopLogprobs | None = None) -> TokenEvent:
         self._text.append(text)
         self.finish_reason = reason
         return TokenEvent(
@@ -89,6 +96,7 @@ class PromptStream:
             prompt_tokens=self.prompt_tokens,
             completion_tokens=len(self.token_ids),
             cached_tokens=self.cached_tokens,
+            top_logprobs=top if self._want_top else None,
         )
 
     def result(self) -> GenerationResult:
@@ -101,6 +109,7 @@ class PromptStream:
             completion_tokens=len(self.token_ids),
             logprobs=list(self.logprobs) if self._want_logprobs else None,
             cached_tokens=self.cached_tokens,
+            top_logprobs=list(self.top_logprobs) if self._want_top else None,
         )
 
 

@@ -20,7 +20,10 @@ Nothing is admitted in a step that preempted. A waiting sequence is admitted
 only when its blocks fit with a small reserve left (none while nothing runs).
 With prefix caching, a sequence admitted behind cached blocks starts with
 them and computes only the rest of its prompt; after each step the blocks it
-filled are registered in the cache.
+filled are registered in the cache. A waiting sequence whose next prompt block
+a running one is computing (n samples of one prompt, a shared system prompt
+in a burst) waits for it to be cached, keeping its place; others behind it
+may go first.
 
 ``postprocess`` appends the sampled tokens and applies the stop rules. A
 sequence that finishes leaves the running batch in that same step (its blocks
@@ -295,7 +298,8 @@ class Scheduler:
 
     def _admit(self, budget: int, chunks: list[ScheduledChunk], new: list[NewSequence]) -> None:
         pinned = {s.adapter.uid for s in self._running.values() if s.adapter is not None}
-        skipped: list[Sequence] = []  # their adapter is not in a slot yet: they keep their place
+        computing = {h for s in self._running.values() for h in self.kv.being_computed(s)}
+        skipped: list[Sequence] = []  # their adapter is not in a slot yet, or their prefix is being computed
         while self._waiting and budget > 0 and len(self._running) < self.limits.max_num_seqs:
             seq = self._waiting[0]
             if self.structured.pending(seq):  # its grammar compiles: it keeps its place
@@ -310,6 +314,9 @@ class Scheduler:
                 skipped.append(self._waiting.popleft())
                 continue
             prefix = self.kv.cached_prefix(seq)
+            if computing and self.kv.next_block_hash(seq, len(prefix)) in computing:
+                skipped.append(self._waiting.popleft())  # its next block is on its way into the cache
+                continue
             cached = len(prefix) * self.kv.block_size
             n = min(seq.num_tokens - cached, budget)
             reserve = self._reserve if self._running else 0
@@ -327,6 +334,7 @@ class Scheduler:
             self._running[seq.seq_id] = seq
             if seq.adapter is not None:
                 pinned.add(seq.adapter.uid)
+            computing.update(self.kv.being_computed(seq))
             chunks.append(self._chunk(seq, n, block_ids))
             budget -= n
         self._waiting.extendleft(reversed(skipped))
@@ -383,7 +391,8 @@ class Scheduler:
             logprobs = None if sample.logprob is None else [sample.logprob]
             updates.append(
                 SequenceUpdate(
-                    seq.seq_id, [sample.token_id], logprobs, reason, seq.num_prompt_tokens, seq.num_cached_tokens
+                    seq.seq_id, [sample.token_id], logprobs, reason, seq.num_prompt_tokens, seq.num_cached_tokens,
+                    None if sample.top is None else [sample.top],
                 )
             )
         for seq_id in expected:  # the worker skipped a sequence: fail it, never stall it

@@ -48,6 +48,7 @@ class ModelRunner:
         self.decoder = loaded.decoder
         self.device = loaded.device
         self.vocab_size = loaded.info.vocab_size
+        self.eos_token_ids = tuple(loaded.info.eos_token_ids)  # held back from sequences with min_tokens
         self.max_len = loaded.info.max_model_len
         self.block_size = size.block_size
         self.cache = PagedKVCache(
@@ -90,7 +91,7 @@ class ModelRunner:
             seq = self._seqs[seq_id]
             seq.blocks, seq.num_cached = [], 0
         for new in batch.new:
-            sampling = SequenceSampling.create(new.params, self.vocab_size, self.device)
+            sampling = SequenceSampling.create(new.params, self.vocab_size, self.device, self.eos_token_ids)
             self._seqs[new.seq_id] = _Sequence(sampling, new.adapter)
         for chunk in batch.chunks:
             seq = self._seqs[chunk.seq_id]

@@ -1,18 +1,32 @@
 """Pick the next token for each sampling row.
 
-Order (as in Hugging Face generate): repetition penalty -> temperature ->
-top-k -> top-p -> draw with the sequence's own generator. Greedy
-(temperature 0) is argmax after the repetition penalty. The logprob is
-``log_softmax`` of the processed logits at the chosen token.
+Order (as in Hugging Face generate, then OpenAI's penalties): repetition
+penalty (prompt and output tokens) -> presence / frequency penalties (output
+tokens) -> EOS masked while fewer than ``min_tokens`` are generated ->
+temperature -> top-k -> top-p -> draw with the sequence's own generator.
+Greedy (temperature 0) is argmax after the penalties and the EOS mask.
+
+Log-probabilities are those of the distribution the token was drawn from:
+``log_softmax`` of the processed logits (penalties, EOS mask, temperature,
+top-k/top-p; for greedy rows the penalized logits at temperature 1). Tokens
+filtered out have probability 0; their log-probability is reported as
+``LOGPROB_FLOOR`` (JSON has no -inf). ``top_logprobs`` adds the most likely
+tokens of that same distribution.
+
+Rows that ask for none of this (greedy, no penalty, no logprobs, no EOS held
+back) take one batched argmax and allocate nothing per sequence.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
-from ..protocol import SampledToken, SamplingParams
+from ..protocol import SampledToken, SamplingParams, TopLogprobs
+
+LOGPROB_FLOOR = -9999.0  # what a token the filters removed reports
 
 
 @dataclass
@@ -21,10 +35,14 @@ class SequenceSampling:
 
     params: SamplingParams
     generator: torch.Generator | None  # None for greedy sequences
-    seen: torch.Tensor | None  # [V] bool: tokens of the prompt and output so far; only with a penalty
+    seen: torch.Tensor | None  # [V] bool: tokens of the prompt and output so far; only with a repetition penalty
+    counts: torch.Tensor | None  # [V] float: times each token was generated; only with presence/frequency penalty
+    eos_ids: torch.Tensor | None  # [E] long: masked until min_tokens are generated; only with min_tokens
+    num_sampled: int = 0
 
     @classmethod
-    def create(cls, params: SamplingParams, vocab_size: int, device: torch.device) -> "SequenceSampling":
+    def create(cls, params: SamplingParams, vocab_size: int, device: torch.device,
+               eos_token_ids: Sequence[int] = ()) -> "SequenceSampling":
         generator = None
         if not params.greedy:
             generator = torch.Generator(device=device)
@@ -35,18 +53,46 @@ class SequenceSampling:
         seen = None
         if params.repetition_penalty != 1.0:
             seen = torch.zeros(vocab_size, dtype=torch.bool, device=device)
-        return cls(params, generator, seen)
+        counts = None
+        if params.presence_penalty or params.frequency_penalty:
+            counts = torch.zeros(vocab_size, dtype=torch.float32, device=device)
+        eos_ids = None
+        if params.min_tokens and eos_token_ids and not params.ignore_eos:
+            eos_ids = torch.tensor(sorted(set(eos_token_ids)), dtype=torch.long, device=device)
+        return cls(params, generator, seen, counts, eos_ids)
+
+    @property
+    def holds_eos(self) -> bool:
+        return self.eos_ids is not None and self.num_sampled < self.params.min_tokens
+
+    @property
+    def plain(self) -> bool:
+        """Greedy with nothing to apply or report: the batched argmax is its whole sampling."""
+        return (self.params.greedy and self.seen is None and self.counts is None
+                and not self.params.logprobs and not self.holds_eos)
 
     def observe(self, token_ids: torch.Tensor) -> None:
         """Record tokens that entered the sequence (prompt chunks, fed-back samples)."""
         if self.seen is not None:
             self.seen[token_ids] = True
 
+    def record(self, token_id: int) -> None:
+        """The token this sequence just generated."""
+        self.num_sampled += 1
+        if self.counts is not None:
+            self.counts[token_id] += 1
+
 
 def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
     """HF semantics: seen tokens' positive logits are divided, negative ones multiplied."""
     penalized = torch.where(logits < 0, logits * penalty, logits / penalty)
     return torch.where(seen, penalized, logits)
+
+
+def apply_presence_frequency(logits: torch.Tensor, counts: torch.Tensor, presence: float,
+                             frequency: float) -> torch.Tensor:
+    """OpenAI semantics: logit - frequency * count - presence * (count > 0)."""
+    return logits - frequency * counts - presence * (counts > 0).to(logits.dtype)
 
 
 def filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -64,33 +110,49 @@ def filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.
     return logits
 
 
-def sample_row(logits: torch.Tensor, state: SequenceSampling) -> tuple[int, float | None]:
-    """logits: [V] float32 for one sequence -> (token id, logprob or None)."""
+def processed_logits(logits: torch.Tensor, state: SequenceSampling) -> torch.Tensor:
+    """logits: [V] -> the logits of the distribution this row's token is drawn from."""
     params = state.params
     if state.seen is not None:
         logits = apply_repetition_penalty(logits, state.seen, params.repetition_penalty)
+    if state.counts is not None:
+        logits = apply_presence_frequency(logits, state.counts, params.presence_penalty, params.frequency_penalty)
+    if state.holds_eos:
+        logits = logits.index_fill(0, state.eos_ids, float("-inf"))
+    if not params.greedy:
+        logits = filter_top_k_top_p(logits / params.temperature, params.top_k, params.top_p)
+    return logits
+
+
+def sample_row(logits: torch.Tensor, state: SequenceSampling) -> tuple[int, float | None, TopLogprobs | None]:
+    """logits: [V] float32 for one sequence -> (token id, logprob or None, top logprobs or None)."""
+    params = state.params
+    logits = processed_logits(logits, state)
     if params.greedy:
         token = int(torch.argmax(logits))
     else:
-        logits = filter_top_k_top_p(logits / params.temperature, params.top_k, params.top_p)
-        probs = logits.softmax(-1)
-        token = int(torch.multinomial(probs, 1, generator=state.generator))
-    logprob = float(torch.log_softmax(logits, -1)[token]) if params.logprobs else None
-    return token, logprob
+        token = int(torch.multinomial(logits.softmax(-1), 1, generator=state.generator))
+    if not params.logprobs:
+        return token, None, None
+    logprobs = torch.log_softmax(logits, -1).clamp_(min=LOGPROB_FLOOR)  # [V]
+    top = None
+    if params.top_logprobs:
+        values, ids = torch.topk(logprobs, params.top_logprobs)
+        top = TopLogprobs(ids.tolist(), values.tolist())
+    return token, float(logprobs[token]), top
 
 
 def sample(logits: torch.Tensor, seq_ids: list[str], states: dict[str, SequenceSampling]) -> list[SampledToken]:
     """logits: [S, V], one row per entry of ``seq_ids``."""
-    simple = [
-        i for i, seq_id in enumerate(seq_ids)
-        if states[seq_id].params.greedy and states[seq_id].seen is None and not states[seq_id].params.logprobs
-    ]
-    tokens: dict[int, tuple[int, float | None]] = {}
-    if simple:  # plain greedy rows: one argmax for all of them
-        rows = torch.tensor(simple, device=logits.device)
-        for i, token in zip(simple, torch.argmax(logits[rows], dim=-1).tolist()):
-            tokens[i] = (token, None)
+    plain = [i for i, seq_id in enumerate(seq_ids) if states[seq_id].plain]
+    tokens: dict[int, tuple[int, float | None, TopLogprobs | None]] = {}
+    if plain:  # plain greedy rows: one argmax for all of them
+        rows = torch.tensor(plain, device=logits.device)
+        for i, token in zip(plain, torch.argmax(logits[rows], dim=-1).tolist()):
+            tokens[i] = (token, None, None)
     for i, seq_id in enumerate(seq_ids):
         if i not in tokens:
             tokens[i] = sample_row(logits[i], states[seq_id])
+    for i, seq_id in enumerate(seq_ids):
+        states[seq_id].record(tokens[i][0])
     return [SampledToken(seq_id, *tokens[i]) for i, seq_id in enumerate(seq_ids)]

@@ -80,7 +80,10 @@ def test_completion_stream_with_usage(client):
 @pytest.mark.parametrize(
     "body, needle",
     [
-        ({"prompt": "a", "n": 2}, "only n=1"),
+        ({"prompt": ["a", "b"], "n": 33}, "66 choices; the limit is 64"),
+        ({"prompt": "a", "n": 0}, "n must be >= 1"),
+        ({"prompt": "a", "logprobs": 21}, "logprobs must be from 0 to 20"),
+        ({"prompt": "a", "logprobs": True}, "logprobs must be an integer"),
         ({"prompt": "a", "logit_bias": {}}, "logit_bias"),
         ({"prompt": "a", "max_tokens": 0}, "max_tokens must be >= 1"),
         ({"prompt": "a", "stream_options": {"x": 1}}, "stream_options"),

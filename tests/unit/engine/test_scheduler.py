@@ -317,6 +317,20 @@ def test_a_prompt_entirely_cached_still_computes_its_last_token():
     assert updates[0].num_cached_tokens == 4
 
 
+def test_copies_of_a_prompt_wait_for_its_blocks_then_share_them():
+    """n samples of one prompt arrive together: the first computes the prompt, the others take its blocks."""
+    s = make(block_size=4, max_batched_tokens=64)
+    prompt = list(range(20, 34))  # 14 tokens: three full blocks
+    for j in range(3):
+        add(s, f"c{j}", 0, max_new_tokens=2, prompt=prompt)
+    add(s, "other", 0, max_new_tokens=2, prompt=list(range(60, 70)))
+    batch, _ = run_step(s)
+    assert chunk_sizes(batch) == {"c0": 14, "other": 10}  # the copies wait, the unrelated prompt goes past them
+    batch, updates = run_step(s)
+    assert {c.seq_id: c.start_pos for c in batch.chunks if len(c.token_ids) > 1} == {"c1": 12, "c2": 12}
+    assert {u.seq_id: u.num_cached_tokens for u in updates if u.seq_id in ("c1", "c2")} == {"c1": 12, "c2": 12}
+
+
 def test_prefix_caching_off_shares_nothing():
     s = make(block_size=4, max_batched_tokens=64, prefix_caching=False)
     add(s, "a", 0, max_new_tokens=1, prompt=list(range(20, 33)))

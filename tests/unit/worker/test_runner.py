@@ -191,3 +191,47 @@ def test_preempted_sequences_restart_from_position_zero(opt_runner):
     opt_runner.step(StepBatch(6, [NewSequence("p", SamplingParams())], freed=["p", "p"]))  # freed first
     assert opt_runner.num_active == 1
     opt_runner.step(StepBatch(7, freed=["p"]))
+
+
+def test_sampled_logprobs_are_those_of_the_penalised_tempered_model_distribution(tiny_opt_dir):
+    """Each token's logprob and top_logprobs: log_softmax of (model logits - OpenAI penalties) / T."""
+    import torch
+
+    from worker_reference import hf_model
+
+    runner = ModelRunner.from_config(EngineConfig(model=str(tiny_opt_dir), max_num_seqs=1))
+    model = hf_model(str(tiny_opt_dir))
+    prompt = _prompts(6, [9])[0]
+    params = SamplingParams(max_new_tokens=6, temperature=0.7, seed=3, presence_penalty=0.4, frequency_penalty=0.6,
+                            logprobs=True, top_logprobs=3)
+    out = runner.step(StepBatch(0, [NewSequence("a", params)], [ScheduledChunk("a", prompt, 0, True, [1])]))
+    tokens, samples = list(prompt), [out.samples[0]]
+    for step in range(1, 6):
+        tokens.append(samples[-1].token_id)
+        out = runner.step(StepBatch(step, [], [ScheduledChunk("a", [tokens[-1]], len(tokens) - 1, True)]))
+        samples.append(out.samples[0])
+    counts = torch.zeros(runner.vocab_size)
+    for i, sampled in enumerate(samples):
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt + [s.token_id for s in samples[:i]]])).logits[0, -1]
+        expected = torch.log_softmax((logits - 0.6 * counts - 0.4 * (counts > 0).float()) / 0.7, -1)
+        assert sampled.logprob == pytest.approx(float(expected[sampled.token_id]), abs=1e-4)
+        assert sampled.top.token_ids == torch.topk(expected, 3).indices.tolist()
+        counts[sampled.token_id] += 1
+
+
+def test_n_copies_of_a_prompt_greedy_are_identical_and_seeded_samples_reproducible(tiny_llama_dir):
+    runner = ModelRunner.from_config(EngineConfig(model=str(tiny_llama_dir), max_num_seqs=4))
+    prompt = _prompts(8, [21])[0]
+    greedy = drive(runner, [Request(f"g{j}", prompt, SamplingParams(max_new_tokens=8)) for j in range(3)],
+                   num_slots=4, token_budget=64)
+    assert len({tuple(v) for v in greedy.outputs.values()}) == 1
+    assert greedy.cached_tokens["g2"] >= 16  # siblings take the prompt's full blocks from the prefix cache
+
+    def seeded(tag: str):
+        requests = [Request(f"{tag}{j}", prompt, SamplingParams(max_new_tokens=8, temperature=1.0, seed=11 + j))
+                    for j in range(2)]
+        return [drive(runner, requests, num_slots=4, token_budget=64).outputs[r.seq_id] for r in requests]
+
+    first, again = seeded("a"), seeded("b")
+    assert first == again and first[0] != first[1]

@@ -1,4 +1,4 @@
-"""Sampler: greedy, seeded reproducibility, top-k/top-p support, repetition penalty."""
+"""Sampler: greedy, seeded reproducibility, top-k/top-p support, penalties, min_tokens, logprobs."""
 
 from __future__ import annotations
 
@@ -9,13 +9,16 @@ import torch
 
 from llm_byoc.protocol import SamplingParams
 from llm_byoc.worker.sampler import (
+    LOGPROB_FLOOR,
     SequenceSampling,
+    apply_presence_frequency,
     apply_repetition_penalty,
     filter_top_k_top_p,
     sample,
 )
 
 VOCAB = 50
+EOS = 2
 
 
 def _state(**kwargs) -> SequenceSampling:
@@ -82,3 +85,58 @@ def test_repetition_penalty_changes_the_greedy_choice():
     state = _state(repetition_penalty=2.0)
     state.observe(torch.tensor([7, 7, 1]))
     assert sample(logits[None], ["s"], {"s": state})[0].token_id == 9
+
+
+def test_presence_and_frequency_penalties_follow_openai():
+    logits = torch.tensor([1.0, 1.0, 1.0, 1.0])
+    counts = torch.tensor([0.0, 1.0, 3.0, 0.0])
+    out = apply_presence_frequency(logits, counts, presence=0.5, frequency=0.25)
+    assert out.tolist() == [1.0, 0.25, -0.25, 1.0]
+
+
+def test_penalties_count_generated_tokens_only():
+    logits = torch.zeros(VOCAB)
+    logits[3], logits[4] = 2.0, 1.5
+    state = _state(frequency_penalty=1.0)
+    state.observe(torch.tensor([4, 4, 4]))  # prompt tokens: not penalised by OpenAI's penalties
+    assert [s for s in _draws(state, logits, 3)] == [3, 4, 3]  # 3 (2.0) -> 4 (1.5 > 1.0) -> 3 (1.0 > 0.5)
+
+
+def test_min_tokens_holds_eos_back_then_lets_it_through():
+    logits = torch.zeros(VOCAB)
+    logits[EOS] = 5.0
+    state = SequenceSampling.create(SamplingParams(min_tokens=2), VOCAB, torch.device("cpu"), eos_token_ids=[EOS])
+    assert not state.plain
+    draws = _draws(state, logits, 3)
+    assert draws[0] != EOS and draws[1] != EOS and draws[2] == EOS
+    assert state.plain  # past min_tokens: back on the batched path
+
+
+def test_ignore_eos_with_min_tokens_masks_nothing():
+    state = SequenceSampling.create(SamplingParams(min_tokens=2, ignore_eos=True), VOCAB, torch.device("cpu"), [EOS])
+    assert state.eos_ids is None and state.plain
+
+
+def test_plain_rows_keep_no_per_sequence_tensors():
+    state = _state(logprobs=False)
+    assert state.plain and state.seen is None and state.counts is None and state.eos_ids is None
+
+
+def test_top_logprobs_are_the_likeliest_of_the_sampled_distribution_and_finite():
+    logits = torch.log(torch.tensor([0.6, 0.3, 0.1] + [1e-9] * (VOCAB - 3)))
+    state = _state(temperature=1.0, top_k=2, seed=0, logprobs=True, top_logprobs=4)
+    out = sample(logits[None], ["s"], {"s": state})[0]
+    assert out.top.token_ids[:2] == [0, 1]
+    assert out.top.logprobs[:2] == pytest.approx([math.log(0.6 / 0.9), math.log(0.3 / 0.9)], abs=1e-5)
+    assert out.top.logprobs[2:] == [LOGPROB_FLOOR, LOGPROB_FLOOR]  # filtered out: probability 0, said finitely
+
+
+def test_greedy_top_logprobs_without_penalty_are_log_softmax():
+    logits = _logits(3)
+    state = _state(logprobs=True, top_logprobs=5)
+    out = sample(torch.stack([logits, logits]), ["s", "plain"], {"s": state, "plain": _state()})
+    expected = torch.log_softmax(logits, -1)
+    assert out[0].token_id == out[1].token_id == int(expected.argmax())
+    assert out[0].top.token_ids == torch.topk(expected, 5).indices.tolist()
+    assert out[0].top.logprobs == pytest.approx(torch.topk(expected, 5).values.tolist(), abs=1e-6)
+    assert out[1].logprob is None and out[1].top is None

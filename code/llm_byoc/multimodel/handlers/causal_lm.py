@@ -41,7 +41,8 @@ class CausalLMHandler:
         self.special_ids = self.eos_ids | frozenset(getattr(tokenizer, "all_special_ids", None) or ())
 
     def invoke(self, invocation: InvokeRequest, body: bytes) -> tuple[InvokeReply, bytes]:
-        from ...api.schemas import ResponseContext, parse_invocation
+        from ...api.dispatch import parse_invocation
+        from ...api.schemas import ResponseContext
 
         request = parse_invocation(parse_json_body(invocation, body), lambda: self.engine.tokenizer)
         if request.stream:

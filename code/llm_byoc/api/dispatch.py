@@ -1,0 +1,53 @@
+"""Which schema a generation body speaks, by route and by its keys.
+
+  POST /invocations           by the body's one key:
+                                {"inputs": ...}    Hugging Face / TGI           -> tgi.py
+                                {"messages": ...}  OpenAI chat completions      -> openai.py
+                                {"prompt": ...}    OpenAI (legacy) completions  -> openai.py
+  POST /v1/chat/completions   OpenAI chat completions only
+  POST /v1/completions        OpenAI completions only
+``tokenizer_of()`` gives the engine's tokenizer (only chat needs it: the
+model's chat template), asked for only once the body is known to be chat.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import InvalidRequest
+from . import openai, tgi
+from .schemas import Invocation, require_object
+
+Parser = Callable[[Any, Callable[[], Any]], Invocation]
+
+
+def parse_invocation(body: Any, tokenizer_of: Callable[[], Any]) -> Invocation:
+    body = require_object(body, "the request body")
+    styles = [key for key in ("inputs", "messages", "prompt") if key in body]
+    if len(styles) != 1:
+        raise InvalidRequest(
+            'the body must have exactly one of "inputs" (Hugging Face/TGI), '
+            '"messages" (OpenAI chat) or "prompt" (OpenAI completions)'
+        )
+    if styles[0] == "inputs":
+        return tgi.parse(body)
+    if styles[0] == "messages":
+        return openai.parse_chat(body, tokenizer_of())
+    return openai.parse_completion(body)
+
+
+def parse_chat_completion(body: Any, tokenizer_of: Callable[[], Any]) -> Invocation:
+    body = _require_key(body, "messages")
+    return openai.parse_chat(body, tokenizer_of())
+
+
+def parse_text_completion(body: Any, tokenizer_of: Callable[[], Any]) -> Invocation:
+    return openai.parse_completion(_require_key(body, "prompt"))
+
+
+def _require_key(body: Any, key: str) -> dict:
+    body = require_object(body, "the request body")
+    if key not in body:
+        raise InvalidRequest(f"the request body must have {key!r}")
+    return body

@@ -1,0 +1,48 @@
+"""The OpenAI API on the SageMaker port: what an ``openai`` client pointed at ``/v1`` calls.
+
+  POST /v1/chat/completions   OpenAI chat completions (plain or streamed)
+  POST /v1/completions        OpenAI (legacy) completions (plain or streamed)
+  GET  /v1/models             the served model, and each registered LoRA adapter (``parent``: the model)
+
+The two generation routes are ``InvocationRoute``s with the OpenAI parsers:
+the same admission, budget, client watch and drain as ``/invocations``.
+Errors under ``/v1/`` are in OpenAI's shape (api/errors.py).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from flask import Flask, jsonify
+
+from ..config import ServerConfig
+from .admission import SequenceGate
+from .client_watch import ClientWatch
+from .dispatch import parse_chat_completion, parse_text_completion
+from .invocations import InvocationRoute
+
+OWNER = "llm-byoc"
+
+
+def register_openai_routes(app: Flask, engine: Any, config: ServerConfig, model: Any,
+                           gate: SequenceGate | None, watch: ClientWatch) -> None:
+    """``model``: app._ModelFacts; ``gate``/``watch``: the ones ``/invocations`` uses."""
+    for path, endpoint, parse in (
+        ("/v1/chat/completions", "openai_chat", parse_chat_completion),
+        ("/v1/completions", "openai_completions", parse_text_completion),
+    ):
+        app.add_url_rule(path, endpoint, InvocationRoute(engine, config, model, gate, watch, parse), methods=["POST"])
+    started = int(time.time())
+
+    @app.get("/v1/models")
+    def openai_models():
+        info = model.info()
+        name = model.name()
+        served = {"id": name, "object": "model", "created": started, "owned_by": OWNER,
+                  "root": info.model_path if info else name, "parent": None,
+                  "max_model_len": info.max_model_len if info else None}
+        adapters = [{"id": a.name, "object": "model", "created": started, "owned_by": OWNER,
+                     "root": a.path, "parent": name, "max_model_len": served["max_model_len"]}
+                    for a in engine.list_adapters()]
+        return jsonify(object="list", data=[served, *adapters])
