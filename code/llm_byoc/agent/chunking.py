@@ -50,8 +50,9 @@ class Chunk:
 
     @property
     def label(self) -> str:
-        where = f"p{self.page}" if self.page is not None else f"t{self.start_token}"
-        return f"{self.source}#{where}"
+        """What an answer cites, unique in an index: ``engine.md#t96``, ``deployment.pdf#p2-t480``."""
+        page = f"p{self.page}-" if self.page is not None else ""
+        return f"{self.source}#{page}t{self.start_token}"
 
 
 def count_tokens(text: str) -> int:

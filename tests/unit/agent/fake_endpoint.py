@@ -2,8 +2,9 @@
 
 The embedding model hashes words into a bag-of-words vector, so texts that
 share words are close (retrieval can be tested for real). The LLM answers
-each chat request with the next scripted reply (text, a message dict, or a
-function of the request body), then with ``default``. ``refuse`` names request
+each chat request with the next scripted reply (text, a message dict that
+may carry a ``finish_reason``, or a function of the request body), then with
+``default``. ``refuse`` names request
 fields answered as the container answers unknown ones (400 "unsupported
 field(s)"). Every request is kept in ``calls`` with its route.
 """
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
+from llm_byoc.agent.knowledge import RAG_SYSTEM
 from llm_byoc.client import EndpointClient, EndpointError
 from llm_byoc.client.transport import Route
 
@@ -101,8 +103,20 @@ class FakeEndpoint:
         reply = self.replies.pop(0) if self.replies else self.default
         if callable(reply):
             reply = reply(body)
-        message = reply if isinstance(reply, dict) else {"role": "assistant", "content": reply}
-        finish = "tool_calls" if message.get("tool_calls") else "stop"
+        message = dict(reply) if isinstance(reply, dict) else {"role": "assistant", "content": reply}
+        finish = message.pop("finish_reason", None) or ("tool_calls" if message.get("tool_calls") else "stop")
         return {"object": "chat.completion", "choices": [{"index": 0, "message": message, "finish_reason": finish}],
                 "usage": {"prompt_tokens": self.prompt_tokens, "completion_tokens": 5,
                           "total_tokens": self.prompt_tokens + 5, "prompt_tokens_details": {"cached_tokens": 0}}}
+
+
+class StaticKnowledge:
+    """Knowledge that retrieves nothing: for tests of the planner and the tool loop alone."""
+
+    mode = "rag"
+
+    def system_message(self) -> dict:
+        return {"role": "system", "content": RAG_SYSTEM}
+
+    def context_for(self, query: str) -> tuple[str, list]:
+        return "", []

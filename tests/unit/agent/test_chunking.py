@@ -40,7 +40,7 @@ def test_pdf_chunks_carry_their_page():
     doc = Document("d.pdf", words(30) + "\n\n" + words(30), (0, len(words(30)) + 2))
     chunks = chunk_document(doc, ChunkingConfig(tokens=10, overlap=0))
     assert [c.page for c in chunks] == [1, 1, 1, 2, 2, 2]
-    assert chunks[3].label == "d.pdf#p2"
+    assert chunks[3].label == "d.pdf#p2-t30"
 
 
 def test_an_empty_document_has_no_chunks():
