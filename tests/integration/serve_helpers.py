@@ -1,14 +1,22 @@
-"""Helpers for tests that run the real server: free ports, SSE over HTTP, child processes."""
+"""Helpers for tests that run the real server: `serve` as a subprocess, free ports, SSE over HTTP, child processes."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
 import requests
+
+REPO = Path(__file__).resolve().parents[2]
+SERVE = REPO / "container" / "serve"
+STARTUP_S = 180
 
 
 def free_port() -> int:
@@ -76,3 +84,36 @@ def serve_env(model_dir: Path, port: int, socket_path: str, **extra: str) -> dic
     )
     env.update(extra)
     return env
+
+
+class Server:
+    """``container/serve serve`` as a subprocess, its output in ``log_path``; ``stop`` sends SIGTERM."""
+
+    def __init__(self, model_dir: Path, log_path: Path, **env: str):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        socket_path = os.path.join(tempfile.mkdtemp(prefix="llmb"), "engine.sock")
+        self.log_path = log_path
+        self._log = open(log_path, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, str(SERVE), "serve"],
+            env=serve_env(model_dir, self.port, socket_path, **env),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def engine_pid(self) -> int:
+        return next(pid for pid, cmd in children_of(self.proc.pid).items() if "llm_byoc.engine.server" in cmd)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()

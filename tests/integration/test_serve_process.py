@@ -4,55 +4,15 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 import requests
-from serve_helpers import children_of, free_port, serve_env, sse_payloads, wait_for_ping
+from serve_helpers import STARTUP_S, Server, children_of, sse_payloads, wait_for_ping
 
 pytestmark = pytest.mark.slow
-
-REPO = Path(__file__).resolve().parents[2]
-SERVE = REPO / "container" / "serve"
-STARTUP_S = 180
-
-
-class Server:
-    def __init__(self, model_dir: Path, log_path: Path, **env: str):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        socket_path = os.path.join(tempfile.mkdtemp(prefix="llmb"), "engine.sock")
-        self.log_path = log_path
-        self._log = open(log_path, "wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, str(SERVE), "serve"],
-            env=serve_env(model_dir, self.port, socket_path, **env),
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-
-    def engine_pid(self) -> int:
-        return next(pid for pid, cmd in children_of(self.proc.pid).items() if "llm_byoc.engine.server" in cmd)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-4000:]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
-
 
 @pytest.fixture(scope="module")
 def server(tiny_llama_dir, tmp_path_factory):
