@@ -102,6 +102,15 @@ class Server:
             stderr=subprocess.STDOUT,
         )
 
+    def wait_ready(self, timeout_s: float = STARTUP_S) -> "Server":
+        """Until /ping says 200; if it never does, stop the server and fail with its log."""
+        try:
+            wait_for_ping(self.url, timeout_s, self.proc)
+        except AssertionError:
+            self.stop()
+            raise AssertionError(self.log()) from None
+        return self
+
     def engine_pid(self) -> int:
         return next(pid for pid, cmd in children_of(self.proc.pid).items() if "llm_byoc.engine.server" in cmd)
 

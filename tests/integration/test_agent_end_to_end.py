@@ -24,7 +24,7 @@ from llm_byoc.agent.index import VectorIndex
 from llm_byoc.agent.knowledge import CacheAugmentedKnowledge
 from llm_byoc.agent.llm import ChatModel
 from llm_byoc.client import EndpointClient
-from serve_helpers import REPO, STARTUP_S, Server, wait_for_ping
+from serve_helpers import REPO, Server
 
 pytestmark = [
     pytest.mark.slow,
@@ -44,12 +44,7 @@ def server(tmp_path_factory):
     shutil.copytree(minilm / "model", root / EMBEDDER)  # kind inferred (modules.json)
     build_tiny_llama(root / LLM, max_positions=CONTEXT)  # room for a knowledge base
     server = Server(root, root.parent / "serve.log", SAGEMAKER_MULTI_MODEL="true", LLM_BYOC_MODEL_ROOT=str(root),
-                    LLM_BYOC_MAX_MODEL_LEN=str(CONTEXT))
-    try:
-        wait_for_ping(server.url, STARTUP_S, server.proc)
-    except AssertionError:
-        server.stop()
-        raise AssertionError(server.log()) from None
+                    LLM_BYOC_MAX_MODEL_LEN=str(CONTEXT)).wait_ready()
     yield server
     server.stop()
 

@@ -21,12 +21,7 @@ def server(tiny_llama_dir, tmp_path_factory):
         tmp_path_factory.mktemp("serve") / "serve.log",
         LLM_BYOC_GRACEFUL_TIMEOUT="30",
         SAGEMAKER_MODEL_SERVER_WORKERS="2",  # two HTTP workers share the one engine
-    )
-    try:
-        wait_for_ping(server.url, STARTUP_S, server.proc)
-    except AssertionError:
-        server.stop()
-        raise AssertionError(server.log()) from None
+    ).wait_ready()
     yield server
     server.stop()
 

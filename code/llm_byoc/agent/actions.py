@@ -102,13 +102,17 @@ class ActionExecutor:
             self.run(step.action, step.input, context, step_number=number)
         return context.results
 
-    def run(self, action: str, argument: str, context: ActionContext, step_number: int | None = None) -> ActionResult:
+    def messages(self, action: str, argument: str, context: ActionContext) -> tuple[list[dict], list[Hit]]:
+        """The action's chat messages (the knowledge's system message first) and the chunks they show."""
         prompt = self._prompts.get(action)
         if prompt is None:
             raise AgentError(f"no action {action!r} (the agent has {', '.join(self._prompts)})")
-        started = time.perf_counter()
         user, shown = prompt(argument, context)
-        messages = [self.knowledge.system_message(), {"role": "user", "content": user}]
+        return [self.knowledge.system_message(), {"role": "user", "content": user}], shown
+
+    def run(self, action: str, argument: str, context: ActionContext, step_number: int | None = None) -> ActionResult:
+        started = time.perf_counter()
+        messages, shown = self.messages(action, argument, context)
         completion = self.llm.complete(messages, max_tokens=self.answer_tokens, temperature=self.temperature)
         sources = tuple(hit.chunk.label for hit in shown)
         result = ActionResult(action, argument, completion.text.strip(), sources,
