@@ -20,4 +20,5 @@ The pieces, in the order a question meets them:
   llm.py                       chat completions through ``EndpointClient`` (local container or
                                SageMaker, one model of a multi-model endpoint, a stateful session)
   agent.py / cli.py            the orchestrator and the command
+  bench.py                     the figures: recall@k, planner JSON validity, RAG against CAG latency
 """

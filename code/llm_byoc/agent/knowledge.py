@@ -31,7 +31,7 @@ RAG_SYSTEM = ("You are a careful assistant. Answer from the documents you are gi
 CAG_SYSTEM = ("You are a careful assistant. The knowledge base below holds everything you know about the "
               "user's documents. Answer from it, briefly and plainly. If it does not hold the answer, say that "
               "you do not know.")
-DEFAULT_TOP_K = 4
+DEFAULT_TOP_K = 5  # README "Knowledge agent": every shipped question's passage is in the top 5 at 128 tokens
 DEFAULT_CONTEXT_TOKENS = 4096  # the container's default context (LLM_BYOC_MAX_MODEL_LEN: the model's, at most 4096)
 TASK_TOKENS = 640  # beyond the prefix, what a task needs: its instructions, a question, earlier results
 _SERVER_WINDOW = re.compile(r"the context window is (\d+) tokens")
