@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
+import logging
 import shutil
 from pathlib import Path
 
@@ -35,6 +36,16 @@ DOCS = REPO / "local_test" / "agent_docs"
 EMBEDDER, LLM = "all-minilm-l6-v2", "tiny-llama"
 CONTEXT = 4096
 BLOCK = 16  # LLM_BYOC_KV_BLOCK_SIZE's default: the prefix cache shares whole blocks
+
+
+@pytest.fixture(autouse=True)
+def restore_logging():
+    """The command configures the root logger (JSON lines on stderr): put it back after each test."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,16 @@ from llm_byoc.agent.index import VectorIndex
 SHIPPED = Path(__file__).resolve().parents[3] / "local_test" / "agent_docs"
 PLAN = {"steps": [{"action": "query_rag", "input": "How long is the graceful timeout?"}], "reasoning": ""}
 LOCAL = ["--local", "http://127.0.0.1:9"]
+
+
+@pytest.fixture(autouse=True)
+def restore_logging():
+    """The command configures the root logger (JSON lines on stderr): put it back after each test."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture()
