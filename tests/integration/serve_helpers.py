@@ -1,4 +1,4 @@
-"""Helpers for tests that run the real server: free ports, SSE over HTTP, child processes."""
+"""Helpers for tests that run the real server: `serve` as a subprocess, free ports, SSE over HTTP, child processes."""
 
 from __future__ import annotations
 

@@ -10,24 +10,19 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
-from serve_helpers import STARTUP_S, Server, children_of, sse_payloads, wait_for_ping
+from serve_helpers import STARTUP_S, Server, children_of, sse_payloads, started, wait_for_ping
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def server(tiny_llama_dir, tmp_path_factory):
-    server = Server(
+    server = started(Server(
         tiny_llama_dir,
         tmp_path_factory.mktemp("serve") / "serve.log",
         LLM_BYOC_GRACEFUL_TIMEOUT="30",
         SAGEMAKER_MODEL_SERVER_WORKERS="2",  # two HTTP workers share the one engine
-    )
-    try:
-        wait_for_ping(server.url, STARTUP_S, server.proc)
-    except AssertionError:
-        server.stop()
-        raise AssertionError(server.log()) from None
+    ), consecutive=10)  # each HTTP worker connects to the engine on its own
     yield server
     server.stop()
 

@@ -7,5 +7,6 @@
 from .endpoint_client import EndpointClient
 from .errors import EndpointError, StreamError
 from .events import StreamEvent
+from .sessions import Session
 
-__all__ = ["EndpointClient", "EndpointError", "StreamError", "StreamEvent"]
+__all__ = ["EndpointClient", "EndpointError", "Session", "StreamError", "StreamEvent"]

@@ -6,6 +6,8 @@
     for event in client.stream({"inputs": "Hello"}):
         print(event.text, end="", flush=True)
     client.invoke({"inputs": "Hello"}, adapter="support")      # a LoRA adapter of the endpoint
+    with client.session() as session:                          # a stateful session: one instance
+        client.invoke({"inputs": "Hello"}, session=session)
 
 Both schemas (TGI ``inputs`` and OpenAI ``messages`` / ``prompt``) go through
 as given; ``stream`` sets ``"stream": true`` itself.
@@ -14,7 +16,10 @@ as given; ``stream`` sets ``"stream": true`` itself.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import boto3
 import requests
@@ -23,8 +28,11 @@ from botocore.exceptions import BotoCoreError
 
 from .errors import EndpointError
 from .events import DONE, StreamEvent, events_from_message
+from .sessions import Session, check_closed, parse_new_session, session_id_of
 from .sse import SSEDecoder
 from .transport import NO_CREDENTIALS, HttpTransport, Route, SageMakerTransport, Transport
+
+log = logging.getLogger(__name__)
 
 
 class EndpointClient:
@@ -54,21 +62,32 @@ class EndpointClient:
             client = _runtime_client(region, timeout_s)
         return cls(SageMakerTransport(endpoint_name, client, inference_component))
 
-    def invoke(self, payload: dict, target_model: str | None = None, adapter: str | None = None) -> Any:
+    def invoke(
+        self,
+        payload: dict,
+        target_model: str | None = None,
+        adapter: str | None = None,
+        session: Session | str | None = None,
+    ) -> Any:
         """``target_model``: a model of a multi-model endpoint; ``adapter``: a LoRA adapter (on SageMaker,
-        its inference component)."""
-        raw = self.transport.invoke(_encode(payload), Route(target_model, adapter))
+        its inference component); ``session``: an open stateful session (``open_session``)."""
+        raw = self.transport.invoke(_encode(payload), Route(target_model, adapter, session_id_of(session)))
         try:
             return json.loads(raw)
         except ValueError:
             raise EndpointError(f"the endpoint answered with non-JSON: {raw[:200]!r}") from None
 
     def stream(
-        self, payload: dict, target_model: str | None = None, adapter: str | None = None
+        self,
+        payload: dict,
+        target_model: str | None = None,
+        adapter: str | None = None,
+        session: Session | str | None = None,
     ) -> Iterator[StreamEvent]:
         """Token events as they arrive; ends at ``[DONE]`` or the end of the stream."""
         decoder = SSEDecoder()
-        chunks = self.transport.stream(_encode({**payload, "stream": True}), Route(target_model, adapter))
+        route = Route(target_model, adapter, session_id_of(session))
+        chunks = self.transport.stream(_encode({**payload, "stream": True}), route)
         try:
             for chunk in chunks:
                 for message in decoder.feed(chunk):
@@ -83,6 +102,30 @@ class EndpointClient:
             close = getattr(chunks, "close", None)
             if close is not None:
                 close()  # stops the transport (and frees its connection) when we stop early
+
+    def open_session(self, target_model: str | None = None, adapter: str | None = None) -> Session:
+        """A new stateful session; every request that names it goes to the instance that opened it."""
+        return parse_new_session(self.transport.open_session(Route(target_model, adapter)))
+
+    def close_session(
+        self, session: Session | str, target_model: str | None = None, adapter: str | None = None
+    ) -> None:
+        session_id = session_id_of(session)
+        check_closed(session_id, self.transport.close_session(Route(target_model, adapter, session_id)))
+
+    @contextmanager
+    def session(self, target_model: str | None = None, adapter: str | None = None) -> Iterator[Session]:
+        """Open a session, close it on the way out (also after an error)."""
+        opened = self.open_session(target_model, adapter)
+        try:
+            yield opened
+        except BaseException:
+            try:
+                self.close_session(opened, target_model, adapter)
+            except EndpointError as exc:  # the error that ended the session is the one to raise
+                log.warning("could not close session %s: %s", opened.id, exc)
+            raise
+        self.close_session(opened, target_model, adapter)
 
 
 def _runtime_client(region: str | None, timeout_s: float) -> Any:

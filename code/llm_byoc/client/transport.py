@@ -1,13 +1,15 @@
 """How bytes reach an endpoint: SageMaker's runtime API, or plain HTTP.
 
 Both transports take a JSON body and a ``Route`` (which model or adapter of
-the endpoint answers) and give back either the whole response or the raw byte
-chunks of a stream as they arrive; ``EndpointClient`` does the decoding, so
-one decoder is tested against both.
+the endpoint answers, in which stateful session) and give back either the whole
+response or the raw byte chunks of a stream as they arrive; ``EndpointClient``
+does the decoding, so one decoder is tested against both. Sessions open and
+close through the same transports (``sessions.py`` has the contract).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Iterator, Protocol
 from urllib.parse import quote
@@ -16,6 +18,14 @@ import requests
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
 from .errors import EndpointError, StreamError, error_from_body
+from .sessions import (
+    CLOSE_BODY,
+    CLOSED_SESSION_HEADER,
+    NEW_SESSION,
+    NEW_SESSION_HEADER,
+    OPEN_BODY,
+    SESSION_HEADER,
+)
 
 JSON = "application/json"
 EVENT_STREAM = "text/event-stream"
@@ -28,7 +38,8 @@ NO_CREDENTIALS = (
 
 @dataclass(frozen=True)
 class Route:
-    """Where in an endpoint a request goes: nowhere special, a model of a multi-model endpoint, or an adapter.
+    """Where in an endpoint a request goes: nowhere special, a model of a multi-model endpoint, or an adapter;
+    and in which stateful session (SageMaker sends every request of a session to the same instance).
 
     On SageMaker an adapter is its inference component (``InferenceComponentName``); SageMaker then
     names it to the container in the adapter header, which is what a local container gets directly.
@@ -36,6 +47,7 @@ class Route:
 
     target_model: str | None = None
     adapter: str | None = None
+    session_id: str | None = None
 
     def __post_init__(self) -> None:
         if self.target_model and self.adapter:
@@ -46,6 +58,14 @@ class Transport(Protocol):
     def invoke(self, body: bytes, route: Route) -> bytes: ...
 
     def stream(self, body: bytes, route: Route) -> Iterator[bytes]: ...
+
+    def open_session(self, route: Route) -> str | None:
+        """Ask for a new session; the raw ``<id>; Expires=...`` the endpoint answered, if any."""
+        ...
+
+    def close_session(self, route: Route) -> str | None:
+        """Close ``route.session_id``; the id the endpoint says it closed, if any."""
+        ...
 
 
 class SageMakerTransport:
@@ -65,19 +85,32 @@ class SageMakerTransport:
         component = route.adapter or self.inference_component
         if component:
             params["InferenceComponentName"] = component
+        if route.session_id:
+            params["SessionId"] = route.session_id
         return params
 
-    def invoke(self, body: bytes, route: Route) -> bytes:
+    def _invoke_endpoint(self, body: bytes, route: Route) -> dict:
         params = {**self._params(body, route), "Accept": JSON}
         if route.target_model:
             params["TargetModel"] = route.target_model
         try:
             response = self._runtime.invoke_endpoint(**params)
-            return response["Body"].read()
+            response["Body"] = response["Body"].read()
+            return response
         except ClientError as exc:
             raise _runtime_error(exc) from None
         except BotoCoreError as exc:
             raise _botocore_error(exc) from None
+
+    def invoke(self, body: bytes, route: Route) -> bytes:
+        return self._invoke_endpoint(body, route)["Body"]
+
+    def open_session(self, route: Route) -> str | None:
+        opening = Route(route.target_model, route.adapter, NEW_SESSION)
+        return self._invoke_endpoint(_json_bytes(OPEN_BODY), opening).get("NewSessionId")
+
+    def close_session(self, route: Route) -> str | None:
+        return self._invoke_endpoint(_json_bytes(CLOSE_BODY), route).get("ClosedSessionId")
 
     def stream(self, body: bytes, route: Route) -> Iterator[bytes]:
         if route.target_model:
@@ -159,6 +192,8 @@ class HttpTransport:
             headers[TARGET_MODEL_HEADER] = route.target_model
         if route.adapter:
             headers[ADAPTER_HEADER] = route.adapter
+        if route.session_id:
+            headers[SESSION_HEADER] = route.session_id
         url = self._url(route)
         try:
             response = self._session.post(url, data=body, headers=headers, stream=stream, timeout=self._timeout)
@@ -172,6 +207,12 @@ class HttpTransport:
 
     def invoke(self, body: bytes, route: Route) -> bytes:
         return self._post(body, route, JSON, stream=False).content
+
+    def open_session(self, route: Route) -> str | None:
+        return self._post(_json_bytes(OPEN_BODY), route, JSON, stream=False).headers.get(NEW_SESSION_HEADER)
+
+    def close_session(self, route: Route) -> str | None:
+        return self._post(_json_bytes(CLOSE_BODY), route, JSON, stream=False).headers.get(CLOSED_SESSION_HEADER)
 
     def stream(self, body: bytes, route: Route) -> Iterator[bytes]:
         response = self._post(body, route, EVENT_STREAM, stream=True)
@@ -194,3 +235,7 @@ def _arriving_chunks(response: requests.Response) -> Iterator[bytes]:
             yield chunk
     except (OSError, ValueError) as exc:  # urllib3 errors derive from these
         raise StreamError(f"the connection broke mid-stream: {exc}") from None
+
+
+def _json_bytes(body: dict) -> bytes:
+    return json.dumps(body).encode("utf-8")
