@@ -28,12 +28,12 @@ from .actions import ACTIONS, ActionSpec
 from .errors import AgentError, PlanInvalid, StructuredOutputUnsupported
 from .knowledge import Knowledge
 from .llm import ChatModel, Completion
-from .plans import Plan, PlanStep, parse_plan_text, plan_schema, response_format, validate_plan
+from .plans import PLAN_TOKEN_BOUND, Plan, PlanStep, parse_plan_text, plan_schema, response_format, validate_plan
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PLAN_TEMPERATURE = 0.2  # low: a plan wants consistency, not invention
-DEFAULT_PLAN_TOKENS = 160
+DEFAULT_PLAN_TOKENS = PLAN_TOKEN_BOUND  # a constrained plan always fits (plans.py)
 DEFAULT_PLAN_ATTEMPTS = 3
 STRUCTURED_MODES = ("auto", "on", "off")
 EXAMPLE = {"steps": [{"action": "query_rag", "input": "What does the cache store?"},

@@ -24,6 +24,12 @@ from .errors import PlanInvalid
 
 MAX_STEPS = 3
 SCHEMA_NAME = "plan"
+# Strings of a plan are bounded and plain (no quote, backslash or control character, so no
+# JSON escapes): under constrained decoding a whole plan then fits in PLAN_TOKEN_BOUND tokens
+# even when every character is a token of its own, and a plan is never cut at max_tokens.
+MAX_TEXT_CHARS = 96
+_PLAIN = '[^"\\\\\\x00-\\x1f]'
+PLAN_TOKEN_BOUND = MAX_STEPS * (MAX_TEXT_CHARS + 16) + MAX_TEXT_CHARS + 16
 
 
 @dataclass(frozen=True)
@@ -44,7 +50,9 @@ class Plan:
 def plan_schema(action_names: list[str]) -> dict:
     step = {
         "type": "object",
-        "properties": {"action": {"type": "string", "enum": list(action_names)}, "input": {"type": "string"}},
+        "properties": {"action": {"type": "string", "enum": list(action_names)},
+                       "input": {"type": "string", "minLength": 1, "maxLength": MAX_TEXT_CHARS,
+                                 "pattern": f"^{_PLAIN}*[^\\s\"\\\\]{_PLAIN}*$"}},
         "required": ["action", "input"],
         "additionalProperties": False,
     }
@@ -52,7 +60,7 @@ def plan_schema(action_names: list[str]) -> dict:
         "type": "object",
         "properties": {
             "steps": {"type": "array", "items": step, "minItems": 1, "maxItems": MAX_STEPS},
-            "reasoning": {"type": "string"},
+            "reasoning": {"type": "string", "maxLength": MAX_TEXT_CHARS, "pattern": f"^{_PLAIN}*$"},
         },
         "required": ["steps", "reasoning"],
         "additionalProperties": False,
