@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from docker_helpers import docker, running_container, stop_and_exit_code
+from docker_helpers import docker, make_readable, running_container, stop_and_exit_code
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -28,7 +28,7 @@ def test_image_metadata(image):
 @pytest.fixture(scope="module")
 def container(image, tiny_llama_dir):
     model_dir = Path(tiny_llama_dir)
-    model_dir.chmod(0o755)  # readable by the container whatever pytest's umask
+    make_readable(model_dir)  # readable by the container's unprivileged user whatever the files' modes
     env = {"LLM_BYOC_NUM_THREADS": "1"}
     with running_container(image, (model_dir, "/opt/ml/model"), env, "llm-byoc-e2e") as started:
         yield started

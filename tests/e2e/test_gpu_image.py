@@ -19,7 +19,7 @@ import uuid
 import pytest
 import requests
 
-from docker_helpers import REPO, REQUIRE_ENV, build_image, docker, docker_reachable, running_container
+from docker_helpers import REPO, REQUIRE_ENV, build_image, docker, docker_reachable, make_readable, running_container
 
 OPT_IN = "LLM_BYOC_TEST_GPU_IMAGE"
 TAG = os.environ.get("LLM_BYOC_TEST_GPU_IMAGE_TAG", "llm-byoc:e2e-gpu")
@@ -44,7 +44,7 @@ def gpu_image() -> str:
 
 @pytest.fixture(scope="module")
 def model_dir(tiny_llama_dir):
-    tiny_llama_dir.chmod(0o755)  # readable by the container whatever pytest's umask
+    make_readable(tiny_llama_dir)  # readable by the container's unprivileged user whatever the files' modes
     return tiny_llama_dir
 
 

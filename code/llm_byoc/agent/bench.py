@@ -98,12 +98,15 @@ def bench_retrieval(documents: list[Document], questions: list[dict], embedder: 
     return rows
 
 
-def bench_planner(llm: ChatModel, knowledge: RetrievalKnowledge, questions: list[dict]) -> dict:
+def bench_planner(llm: ChatModel, knowledge: RetrievalKnowledge, questions: list[dict],
+                  modes: tuple[str, ...] = ("off", "on"), limits: dict[str, int] | None = None) -> dict:
+    """``limits``: the first N questions only, per mode (a prompted plan may run to its token cap)."""
     results = {}
-    for mode in ("off", "on"):
+    for mode in modes:
         planner = Planner(llm, knowledge, structured=mode, max_attempts=1)
+        asked = questions[: (limits or {}).get(mode, len(questions))]
         try:
-            plans = [planner.plan(q["question"]) for q in questions]
+            plans = [planner.plan(q["question"]) for q in asked]
         except StructuredOutputUnsupported as exc:
             results[mode] = {"unsupported": str(exc)}
             continue
@@ -168,6 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--parts", default="retrieval,planner,latency")
     p.add_argument("--limit", type=int, default=None, help="the first N questions only")
     p.add_argument("--planner-limit", type=int, default=None, help="the planner: the first N of those only")
+    p.add_argument("--latency-limit", type=int, default=None, help="RAG against CAG: the first N only")
+    p.add_argument("--prompted-planner-limit", type=int, default=None,
+                   help="the planner without structured output: the first N only (its plans may run to the token cap)")
     p.add_argument("--answer-tokens", type=int, default=24)
     p.add_argument("--context-tokens", type=int, default=DEFAULT_CONTEXT_TOKENS)
     p.add_argument("--session", choices=("auto", "on", "off"), default="auto")
@@ -194,10 +200,11 @@ def main(argv: list[str] | None = None) -> int:
             report["retrieval"] = bench_retrieval(documents, questions, embedder)
         rag = RetrievalKnowledge(build_index(documents, embedder, ChunkingConfig()), embedder)
         if "planner" in parts:
-            report["planner"] = bench_planner(llm, rag, questions[: args.planner_limit])
+            limits = {} if args.prompted_planner_limit is None else {"off": args.prompted_planner_limit}
+            report["planner"] = bench_planner(llm, rag, questions[: args.planner_limit], limits=limits)
         if "latency" in parts:
             cag = CacheAugmentedKnowledge(documents, args.context_tokens, args.answer_tokens)
-            report["latency"] = bench_latency(llm, rag, cag, questions, args.answer_tokens, args.session)
+            report["latency"] = bench_latency(llm, rag, cag, questions[: args.latency_limit], args.answer_tokens, args.session)
     except (AgentError, EndpointError, OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

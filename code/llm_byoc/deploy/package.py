@@ -79,9 +79,18 @@ def write_archive(base: Path, files: list[Path], archive: Path, progress: bool =
     # compresslevel 1: weights barely compress, and level 9 costs minutes per GB.
     with bar, tarfile.open(archive, "w:gz", compresslevel=1, dereference=True) as tar:
         for path in files:
-            tar.add(path, arcname=path.relative_to(base).as_posix(), recursive=False)
+            tar.add(path, arcname=path.relative_to(base).as_posix(), recursive=False, filter=_readable)
             bar.update(path.stat().st_size)
     return archive
+
+
+def _readable(member: tarfile.TarInfo) -> tarfile.TarInfo:
+    """Files 0644, folders 0755, owned by root: the image runs as an unprivileged user, which must
+    read what SageMaker extracts (a checkpoint saved 0600 would otherwise fail the load)."""
+    member.mode = 0o755 if member.isdir() else 0o644
+    member.uid = member.gid = 0
+    member.uname = member.gname = "root"
+    return member
 
 
 def upload(gateway: AwsGateway, archive: Path, s3_uri: str, progress: bool = True) -> str:

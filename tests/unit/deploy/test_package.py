@@ -40,6 +40,13 @@ def test_folder_files_sit_at_the_top_and_symlinks_become_files(hf_folder, tmp_pa
     assert found["model.safetensors"].isfile() and found["model.safetensors"].size == 3000
 
 
+def test_every_member_is_readable_by_the_image_s_unprivileged_user(hf_folder, tmp_path):
+    (hf_folder / "config.json").chmod(0o600)  # as some checkpoint writers leave them
+    found = members(package.build_archive(hf_folder, tmp_path / "model.tar.gz", progress=False))
+    assert {m.mode for m in found.values() if m.isfile()} == {0o644}
+    assert {(m.uid, m.gid) for m in found.values()} == {(0, 0)}
+
+
 def test_single_gguf_file(tmp_path):
     gguf = tmp_path / "smol-q8_0.gguf"
     gguf.write_bytes(b"GGUF" + b"\x00" * 100)
