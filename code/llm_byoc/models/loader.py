@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 
 import torch
@@ -48,6 +49,16 @@ def read_model_config(folder: Path) -> dict:
         raise ModelLoadError(f"{folder} has no config.json") from None
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"{folder}/config.json is unreadable: {exc}") from None
+
+
+def check_readable(folder: Path) -> None:
+    """Every file of the model must be readable by this process (the image runs as an unprivileged user)."""
+    unreadable = sorted(p.name for p in folder.iterdir() if p.is_file() and not os.access(p, os.R_OK))
+    if unreadable:
+        raise ModelLoadError(
+            f"cannot read {', '.join(unreadable[:3])} in {folder} as uid {os.getuid()}: make the model's files "
+            "readable by all (chmod -R a+rX; `python -m llm_byoc.deploy package` writes them so)"
+        )
 
 
 def check_safetensors_weights(folder: Path) -> None:
@@ -100,6 +111,7 @@ def load_causal_lm(
 
     folder = local_folder(source)
     read_model_config(folder)
+    check_readable(folder)
     check_safetensors_weights(folder)
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)

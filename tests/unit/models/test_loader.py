@@ -56,3 +56,13 @@ def test_auto_dtype_and_device_on_cpu():
         assert resolve_device("auto").type == "cpu"
         with pytest.raises(ModelLoadError, match="LLM_BYOC_DEVICE=cuda, but"):
             resolve_device("cuda")
+
+
+def test_an_unreadable_weights_file_names_the_file_and_the_fix(tiny_llama_dir, monkeypatch):
+    import os
+
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: not str(path).endswith(".safetensors")
+                        and real_access(path, mode))  # as for a 0600 checkpoint and an unprivileged user
+    with pytest.raises(ModelLoadError, match=r"cannot read model.safetensors .* readable by all"):
+        load_causal_lm(tiny_llama_dir)
