@@ -30,6 +30,7 @@ from pathlib import Path
 
 from .. import cpu
 from ..config import LINEAR_BACKENDS, EngineConfig
+from ..models.default_model import model_or_default
 from ..protocol import SamplingParams
 from .stats import distribution
 
@@ -190,12 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.device != "cpu" and not args.skip_baselines:
         parser.error("the baselines run on the CPU only: add --skip-baselines with --device cuda")
-    if args.model:
-        model_dir = args.model
-    else:
-        from ..models.default_model import ensure_default_model
-
-        model_dir = str(ensure_default_model())
+    model_dir = model_or_default(args.model)
     prompts = bench_prompts(args.num_requests)
     engine = _start_engine(args, model_dir)
     try:

@@ -29,6 +29,7 @@ from .. import cpu, protocol
 from ..config import EngineConfig
 from ..grammar import GrammarCompiler, GrammarMatcher
 from ..grammar.compiler import hf_llm_tokenizer
+from ..models.default_model import model_or_default
 from ..protocol import GrammarSpec, NewSequence, SamplingParams, ScheduledChunk, StepBatch, TokenMask
 from ..worker.runner import ModelRunner
 from ..worker.token_mask import apply_token_masks, check_masks
@@ -96,11 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    model = args.model
-    if model is None:
-        from ..models.default_model import ensure_default_model
-
-        model = str(ensure_default_model())
+    model = model_or_default(args.model)
     runner = ModelRunner.from_config(EngineConfig(model=model, device="cpu", max_num_seqs=BATCH))
     info = runner.info
     compiler = GrammarCompiler(hf_llm_tokenizer(info.model_path, info.vocab_size, info.eos_token_ids))

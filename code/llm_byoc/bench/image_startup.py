@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .. import cpu
+from ..models.default_model import model_or_default
 from .stats import distribution
 
 POLL_S = 0.05
@@ -85,12 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     env = dict(item.split("=", 1) for item in args.env)
-    if args.model:
-        model_dir = str(Path(args.model).resolve())
-    else:
-        from ..models.default_model import ensure_default_model
-
-        model_dir = str(ensure_default_model())
+    model_dir = str(Path(model_or_default(args.model)).resolve())
     sizes = {image: image_size(image) for image in args.image}
     times = alternate(args.image, args.runs, lambda image: time_to_ping(image, model_dir, env))
     print(f"{args.runs} start-ups per image, alternating, model {model_dir}; CPU: {cpu.describe_line()}")

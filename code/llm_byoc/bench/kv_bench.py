@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from .. import cpu
+from ..models.default_model import model_or_default
 from ..protocol import SamplingParams
 from .engine_bench import result_line, run_engine, start_engine
 from .stats import distribution
@@ -60,11 +61,7 @@ def questions(tokenizer, count: int) -> list[list[int]]:
 
 
 def _model(args: argparse.Namespace) -> str:
-    if args.model:
-        return args.model
-    from ..models.default_model import ensure_default_model
-
-    return str(ensure_default_model())
+    return model_or_default(args.model)
 
 
 def shared_prefix(args: argparse.Namespace) -> dict:

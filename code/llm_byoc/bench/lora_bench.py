@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from .. import cpu
+from ..models.default_model import model_or_default
 from .engine_bench import bench_prompts, result_line, run_engine, start_engine
 
 
@@ -104,12 +105,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.model:
-        model_dir = args.model
-    else:
-        from ..models.default_model import ensure_default_model
-
-        model_dir = str(ensure_default_model())
+    model_dir = model_or_default(args.model)
     folder = Path(args.cache) / Path(model_dir).name
     paths = make_adapters(model_dir, folder, args.adapters, args.rank)
     prompts = bench_prompts(args.num_requests)

@@ -21,6 +21,7 @@ import torch
 
 from .. import cpu
 from ..config import EngineConfig
+from ..models.default_model import model_or_default
 from ..protocol import SamplingParams
 from ..worker.runner import ModelRunner
 from ..worker.sampler import SequenceSampling, sample
@@ -64,11 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    model = args.model
-    if model is None:
-        from ..models.default_model import ensure_default_model
-
-        model = str(ensure_default_model())
+    model = model_or_default(args.model)
     runner = ModelRunner.from_config(EngineConfig(model=model, max_num_seqs=args.batch))
     time_decode(runner, args.batch, args.context, 3, 0)  # warm-up
     step_times: dict[int, list[float]] = {k: [] for k in args.asking}

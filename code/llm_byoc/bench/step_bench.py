@@ -23,6 +23,7 @@ import torch
 
 from .. import cpu
 from ..config import LINEAR_BACKENDS, EngineConfig
+from ..models.default_model import model_or_default
 from ..protocol import NewSequence, SamplingParams, ScheduledChunk, StepBatch
 from ..worker.runner import ModelRunner
 
@@ -102,11 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    model = args.model
-    if model is None:
-        from ..models.default_model import ensure_default_model
-
-        model = str(ensure_default_model())
+    model = model_or_default(args.model)
     slots = max(args.batch)
     config = EngineConfig(model=model, dtype=args.dtype, device=args.device, max_num_seqs=slots,
                           linear_backend=args.linear_backend)

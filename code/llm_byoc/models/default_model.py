@@ -79,3 +79,9 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def model_or_default(model: str | None) -> str:
+    """``model`` as given, or the default model's folder (converted once): what every benchmark runs."""
+    return model if model else str(ensure_default_model())
+
