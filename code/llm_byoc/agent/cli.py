@@ -77,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the plan's JSON: on = response_format json_schema, off = asked for in the prompt "
                         "(validated, retried), auto = on unless the server refuses it (default)")
     p.add_argument("--tools", action="store_true", help="an OpenAI tool-calling loop instead of plan-then-act")
+    p.add_argument("--tool-choice", choices=("auto", "required"), default="auto",
+                   help="with --tools: the first round's tool_choice (required: the model must call an action)")
     p.add_argument("--session", choices=SESSION_MODES, default="auto",
                    help="CAG: a stateful session for the run (auto: when the endpoint has them)")
     p.add_argument("--json", action="store_true", help="print the whole run as one JSON object")
@@ -124,7 +126,7 @@ def run_ask(args: argparse.Namespace, llm_client: EndpointClient, embedding_clie
 
 def _answer(args: argparse.Namespace, agent: KnowledgeAgent, out: TextIO) -> None:
     if args.tools:
-        result = agent.answer_with_tools(args.question)
+        result = agent.answer_with_tools(args.question, tool_choice=args.tool_choice)
         report = tool_loop_json(args.question, result)
     else:
         report = answer_json(agent.answer(args.question))
