@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
 import sys
 from pathlib import Path
 
@@ -47,3 +48,14 @@ def smollm2_dir() -> Path:
     from llm_byoc.models.default_model import ensure_default_model
 
     return ensure_default_model()
+
+
+@pytest.fixture
+def restore_root_logger():
+    """Put the root logger's handlers and level back after a test that configured logging."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+

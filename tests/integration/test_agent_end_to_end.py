@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
-import logging
 import shutil
 from pathlib import Path
 
@@ -39,13 +38,8 @@ BLOCK = 16  # LLM_BYOC_KV_BLOCK_SIZE's default: the prefix cache shares whole bl
 
 
 @pytest.fixture(autouse=True)
-def restore_logging():
-    """The command configures the root logger (JSON lines on stderr): put it back after each test."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
+def restore_logging(restore_root_logger):
+    """The command configures the root logger (JSON lines on stderr)."""
 
 
 @pytest.fixture(scope="module")

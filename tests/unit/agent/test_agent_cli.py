@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 from pathlib import Path
 
 import pytest
@@ -18,13 +17,8 @@ LOCAL = ["--local", "http://127.0.0.1:9"]
 
 
 @pytest.fixture(autouse=True)
-def restore_logging():
-    """The command configures the root logger (JSON lines on stderr): put it back after each test."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
+def restore_logging(restore_root_logger):
+    """The command configures the root logger (JSON lines on stderr)."""
 
 
 @pytest.fixture()
