@@ -31,6 +31,7 @@ ENV_MAX_WAITING = "LLM_BYOC_MAX_WAITING"
 ENV_NUM_THREADS = "LLM_BYOC_NUM_THREADS"
 ENV_LINEAR_BACKEND = "LLM_BYOC_LINEAR_BACKEND"
 ENV_STEP_TIMEOUT = "LLM_BYOC_STEP_TIMEOUT"
+ENV_WORKER_NICE = "LLM_BYOC_WORKER_NICE"
 ENV_TRUST_REMOTE_CODE = "LLM_BYOC_TRUST_REMOTE_CODE"
 ENV_KV_CACHE_MEMORY = "LLM_BYOC_KV_CACHE_MEMORY"
 ENV_GPU_MEMORY_UTILIZATION = "LLM_BYOC_GPU_MEMORY_UTILIZATION"
@@ -130,6 +131,7 @@ class EngineConfig:
     max_new_tokens_limit: int = 2048
     max_waiting: int = 256  # queued sequences beyond this are refused (429)
     num_threads: int = 0  # torch intra-op threads in the worker; 0 = OMP_NUM_THREADS, else the usable cores (cpu.py)
+    worker_nice: int = 10  # nice increment of every model process: HTTP and engine threads get a core first (process/threads.py)
     linear_backend: str = "auto"  # auto: oneDNN prepacked weights on CPU (fp32/bf16), else F.linear
     step_timeout_s: int = 300  # a worker that does not finish one step in this long is hung: stop it; 0 = never
     trust_remote_code: bool = False
@@ -158,6 +160,7 @@ class EngineConfig:
         _require(self.max_new_tokens_limit >= 1, f"{ENV_MAX_NEW_TOKENS} must be >= 1")
         _require(self.max_waiting >= 0, f"{ENV_MAX_WAITING} must be >= 0")
         _require(self.num_threads >= 0, f"{ENV_NUM_THREADS} must be >= 0")
+        _require(0 <= self.worker_nice <= 19, f"{ENV_WORKER_NICE} must be from 0 to 19")
         _require(self.step_timeout_s >= 0, f"{ENV_STEP_TIMEOUT} must be >= 0")
         _require(
             self.linear_backend in LINEAR_BACKENDS,
@@ -191,6 +194,7 @@ class EngineConfig:
             max_new_tokens_limit=_int(env, ENV_MAX_NEW_TOKENS, 2048),
             max_waiting=_int(env, ENV_MAX_WAITING, 256),
             num_threads=_int(env, ENV_NUM_THREADS, 0),
+            worker_nice=_int(env, ENV_WORKER_NICE, 10),
             linear_backend=env.get(ENV_LINEAR_BACKEND, "auto") or "auto",
             step_timeout_s=_int(env, ENV_STEP_TIMEOUT, 300),
             trust_remote_code=_bool(env, ENV_TRUST_REMOTE_CODE, False),

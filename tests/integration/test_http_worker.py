@@ -231,3 +231,73 @@ def test_raw_request_fuzz_is_never_a_5xx_and_always_json(server, line, headers, 
 def test_the_server_still_serves_after_the_fuzz(server):
     assert requests.get(f"{server.url}/ping", timeout=5).status_code == 200
     print(f"\nraw fuzz: {FUZZ}")
+
+
+@pytest.fixture(scope="module")
+def small_server(tmp_path_factory):
+    """Room for 4 sequences; each stream takes a second."""
+    server = Gunicorn(tmp_path_factory.mktemp("gunicorn-small") / "gunicorn.log", FAKE_TOKEN_DELAY_S="0.05",
+                      FAKE_CAPACITY="4")
+    try:
+        wait_for_ping(server.url, 60, server.proc)
+        yield server
+    finally:
+        server.stop()
+
+
+def _invocation(body: dict) -> bytes:
+    data = json.dumps(body).encode()
+    return (b"POST /invocations HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(data), data))
+
+
+def test_in_a_burst_the_event_loop_refuses_beyond_capacity_before_any_thread(small_server):
+    """12 requests written at once on open connections, room for 4: the 8 others get the 429 from
+    the event loop (no X-Request-Id: the app never saw them) at once, while the 4 stream."""
+    stream = _invocation({"inputs": "abcd", "stream": True, "parameters": {"max_new_tokens": 20}})
+    socks = [socket.create_connection(("127.0.0.1", small_server.port), timeout=10) for _ in range(12)]
+    try:
+        time.sleep(0.3)  # every connection accepted and waiting in the poller
+        started = time.monotonic()
+        for sock in socks:
+            sock.sendall(stream)
+        answers = []
+        for sock in socks:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += sock.recv(65536)
+            answers.append((time.monotonic() - started, head))
+        refused = [(t, h) for t, h in answers if h.startswith(b"HTTP/1.1 429")]
+        served = [(t, h) for t, h in answers if h.startswith(b"HTTP/1.1 200")]
+        assert len(refused) == 8 and len(served) == 4, [h[:40] for _, h in answers]
+        assert max(t for t, _ in refused) < 0.5, refused
+        for _, head in refused:
+            status, headers, body = _parse_head_and_body(head)
+            assert headers["retry-after"] == "1" and headers["connection"] == "close"
+            assert "x-request-id" not in headers  # answered by the event loop, not the app
+            assert assert_json_error(status, headers, body)["type"] == "queue_full"
+    finally:
+        for sock in socks:
+            sock.close()
+    time.sleep(1.5)  # the four streams end (or are aborted): their room is free again
+    for _ in range(2):
+        status, _, _ = raw(small_server.port, _invocation({"inputs": "ab"}))
+        assert status == 200
+
+
+def _parse_head_and_body(data: bytes) -> tuple[int, dict, bytes]:
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    return int(lines[0].split(" ")[1]), headers, body[: int(headers.get("content-length", len(body)))]
+
+
+def test_room_the_event_loop_took_comes_back_when_the_app_refuses_the_request(small_server):
+    """Bad bodies (400 in the app) and other answers before generation give their room back."""
+    bad = b"POST /invocations HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 5\r\n\r\n{nope"
+    for _ in range(6):  # more than the capacity of 4
+        status, headers, body = raw(small_server.port, bad)
+        assert status == 400, body
+    for _ in range(6):
+        status, _, _ = raw(small_server.port, _invocation({"inputs": "ab", "parameters": {"max_new_tokens": 1}}))
+        assert status == 200

@@ -36,6 +36,7 @@ from .errors import error_response, register_error_handlers
 from .health import REFRESH_S, HealthCache
 from .http_worker import OVER_CAPACITY, set_io_timeouts
 from .invocations import CLIENT_SOCKET, InvocationRoute
+from .loop_admission import GATE_EXTENSION
 from .openai_routes import register_openai_routes
 from .openapi import register_openapi_route
 from .request_log import RequestLog
@@ -57,6 +58,7 @@ def create_app(
     model = _ModelFacts(engine, config.served_model_name)
     health = HealthCache(lambda: engine.health(), refresh_s=health_refresh_s)
     gate = SequenceGate(capacity) if capacity else None
+    app.extensions[GATE_EXTENSION] = gate  # the HTTP worker's event loop admits with it too (loop_admission.py)
     watch = ClientWatch()
     app.add_url_rule("/invocations", "invocations", InvocationRoute(engine, config, model, gate, watch), methods=["POST"])
     register_openai_routes(app, engine, config, model, gate, watch)

@@ -28,7 +28,12 @@ OPENAI_PREFIX = "/v1/"
 
 def error_body(status: int, message: str, error_type: str) -> dict:
     """The JSON of an error answer (or of a stream's last event) for the route being served."""
-    if has_request_context() and request.path.startswith(OPENAI_PREFIX):
+    return error_json(request.path if has_request_context() else "", status, message, error_type)
+
+
+def error_json(path: str, status: int, message: str, error_type: str) -> dict:
+    """The JSON of an error answer on ``path``: OpenAI's shape under /v1/, ours elsewhere."""
+    if path.startswith(OPENAI_PREFIX):
         return {"error": {"message": message, "type": error_type, "param": None, "code": status}, "type": error_type}
     return {"error": message, "type": error_type}
 

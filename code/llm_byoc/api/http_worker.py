@@ -4,8 +4,14 @@ Stock gthread hands accepted connections to a pool of ``--threads`` threads
 through an unbounded queue: with every thread busy streaming, a new
 connection (a ``/ping`` included) waits there unseen, and the app's own
 limits never see it. This worker keeps gthread's event loop and HTTP
-handling and changes four things:
+handling and changes five things:
 
+* **admission in the event loop** (``loop_admission.py``): a generation
+  request is seen the moment its connection is readable (a new connection
+  waits in the poller until its request arrives, not in a thread); room in
+  the app's ``SequenceGate`` is taken there and handed to the serving thread,
+  and beyond capacity the loop writes the 429 itself, so in a burst a refused
+  client does not wait for the threads of the admitted ones;
 * **no hidden queue**: the pool has a thread for each of the
   ``max_connections`` (= ``--threads``) connections it admits, so a request
   starts the moment it arrives, and capacity is the app's decision (429),
@@ -28,19 +34,28 @@ handling and changes four things:
 from __future__ import annotations
 
 import errno
+import gc
 import json
+import selectors
 import socket
 import struct
 import threading
+import time
 from concurrent import futures
+from functools import partial
 
 from gunicorn import util
-from gunicorn.workers.gthread import ThreadWorker, TConn
+from gunicorn.workers.gthread import DEFAULT_WORKER_DATA_TIMEOUT, ThreadWorker, TConn
 
+from ..errors import QueueFull
+from ..metrics import observe_request
 from . import drain
+from .loop_admission import GATE_EXTENSION, TICKET, Draining, peek_route, refusal, send_refusal
 
 OVER_CAPACITY = "llm_byoc.over_capacity"  # environ key: this connection is over the limit
 OVERFLOW_THREADS = 4
+BURST_WINDOW_S = 0.03  # how long a turn of the loop may go on dispatching a burst before threads are woken
+BURST_GAP_S = 0.003  # a burst has ended when nothing more arrives in this long
 OVERFLOW_DATA_TIMEOUT_S = 1.0  # an over-limit connection that sends nothing in this long is closed
 OVERFLOW_IO_TIMEOUT_S = 2.0  # and one that trickles its request or stalls reading is cut off
 
@@ -52,7 +67,7 @@ _ERROR_TYPES = {
     431: "header_too_large",
 }
 
-_overflow = threading.local()  # set on the threads serving over-limit connections
+_thread_state = threading.local()  # per serving thread: over_capacity (an over-limit connection), ticket
 
 
 class ThreadPerConnectionWorker(ThreadWorker):
@@ -61,6 +76,9 @@ class ThreadPerConnectionWorker(ThreadWorker):
         self.max_connections = self.cfg.threads
         self.max_keepalived = self.cfg.threads  # kept-alive connections are admitted ones too
         self.overflow_pool: futures.ThreadPoolExecutor | None = None
+        self.gate = None  # the app's SequenceGate, once loaded (None: the app admits alone)
+        self.draining = Draining()
+        self._admitted: list[TConn] = []  # this turn's connections, handed to threads at its end
 
     @classmethod
     def check_config(cls, cfg, log):
@@ -72,7 +90,9 @@ class ThreadPerConnectionWorker(ThreadWorker):
 
     def load_wsgi(self):
         super().load_wsgi()
-        self.wsgi = _mark_overflow(self.wsgi)
+        gc.freeze()  # the app, tokenizer and libraries: never scanned again by the cyclic GC
+        self.gate = getattr(self.wsgi, "extensions", {}).get(GATE_EXTENSION)
+        self.wsgi = _thread_environ(self.wsgi)
 
     def accept(self, listener):
         try:
@@ -88,20 +108,122 @@ class ThreadPerConnectionWorker(ThreadWorker):
         set_io_timeouts(client_sock, self.cfg.timeout if admitted else OVERFLOW_IO_TIMEOUT_S)
         conn = TConn(self.cfg, client_sock, client_addr, listener.getsockname())
         if admitted:
-            self.enqueue_req(conn)
+            if self._admits_in_loop() and not _has_data(client_sock):
+                self._wait_for_request(conn)
+            else:
+                self.enqueue_req(conn)
             return
         done = self.overflow_pool.submit(self._serve_overflow, conn)
         done.add_done_callback(lambda fut: self.method_queue.defer(self.finish_request, conn, fut))
+
+    # --- admission in the event loop ------------------------------------------------------------
+
+    def _admits_in_loop(self) -> bool:
+        return self.gate is not None and self.alive and not self.cfg.is_ssl
+
+    def _wait_for_request(self, conn: TConn) -> None:
+        """A new connection waits in the poller (gunicorn's pending connections) until it is readable."""
+        conn.timeout = time.monotonic() + DEFAULT_WORKER_DATA_TIMEOUT + self.cfg.keepalive  # gthread's own total
+        self.pending_conns.append(conn)
+        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self.on_pending_socket_readable, conn))
+
+    def enqueue_req(self, conn):
+        """Every request reaches a thread through here (new, kept-alive and pending connections).
+        An admitted generation request's thread is woken only once the turn's events are all
+        dispatched (``wait_for_and_dispatch_events``): a woken thread takes the GIL from the loop,
+        and in a burst the refusals would wait behind every admitted request's start."""
+        buffered = conn.parser is not None and conn.parser.unreader.buf.getvalue()
+        route = peek_route(conn.sock) if self._admits_in_loop() and not buffered else None
+        if route is None:
+            super().enqueue_req(conn)  # not a generation (a health check, ...): its thread starts now
+            return
+        try:
+            conn.llm_byoc_ticket = self.gate.reserve()
+        except QueueFull as exc:
+            self._refuse(conn, route, exc)
+            return
+        self._admitted.append(conn)
+
+    def wait_for_and_dispatch_events(self, timeout):
+        """One turn: wait for events and dispatch them; then, if generation requests were admitted,
+        while more keep arriving (the rest of a burst) dispatch those too, for up to
+        ``BURST_WINDOW_S``; only then wake the threads of the requests admitted (a lone request
+        waits ``BURST_GAP_S`` for company). A woken thread takes the GIL from this loop, and in a burst the
+        loop would see the rest (and refuse what is beyond capacity) only after every admitted
+        request's thread had started."""
+        try:
+            self._dispatch(timeout)
+            window_ends = time.monotonic() + BURST_WINDOW_S
+            while self._admitted and (left := window_ends - time.monotonic()) > 0:
+                if not self._dispatch(min(BURST_GAP_S, left)):
+                    break
+        finally:
+            admitted, self._admitted = self._admitted, []
+            for conn in admitted:
+                super().enqueue_req(conn)
+
+    def _dispatch(self, timeout: float) -> int:
+        """gthread's dispatch of one select; the number of events."""
+        try:
+            events = self.poller.select(timeout)
+            for key, _ in events:
+                key.data(key.fileobj)
+        except OSError as exc:
+            if exc.errno != errno.EINTR:
+                raise
+            return 0
+        return len(events)
+
+    def _refuse(self, conn: TConn, route: str, exc: QueueFull) -> None:
+        started = time.perf_counter()
+        if not send_refusal(conn.sock, refusal(route, exc)):
+            self.nr_conns -= 1
+            conn.close()
+            return
+        observe_request(route, 429, time.perf_counter() - started)
+        self.draining.add(conn)
+        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_draining_readable, conn))
+
+    def _on_draining_readable(self, conn: TConn, _sock) -> None:
+        if self.draining.readable(conn):  # the client has closed its end
+            self.draining.remove(conn)
+            self._close_drained(conn)
+
+    def _close_drained(self, conn: TConn) -> None:
+        try:
+            self.poller.unregister(conn.sock)
+        except (OSError, KeyError, ValueError):
+            pass
+        self.nr_conns -= 1
+        conn.close()
+
+    def murder_pending(self):
+        super().murder_pending()
+        for conn in self.draining.expired():
+            self._close_drained(conn)
+
+    def handle(self, conn):
+        """The event loop's ticket goes to this request's environ (``_thread_environ``); one the app
+        did not take (an error before the route, another route) is given back when it ends."""
+        ticket = getattr(conn, "llm_byoc_ticket", None)
+        conn.llm_byoc_ticket = None
+        _thread_state.ticket = ticket
+        try:
+            return super().handle(conn)
+        finally:
+            _thread_state.ticket = None
+            if ticket is not None:
+                ticket.release()  # idempotent: a no-op once the route has released it
 
     def _serve_overflow(self, conn: TConn) -> bool:
         """One request, answered at once, then the connection closes (False)."""
         if not conn.wait_for_data(OVERFLOW_DATA_TIMEOUT_S):
             return False
-        _overflow.active = True
+        _thread_state.over_capacity = True
         try:
             self.handle(conn)
         finally:
-            _overflow.active = False
+            _thread_state.over_capacity = False
         return False
 
     def handle_error(self, req, client, addr, exc):
@@ -147,9 +269,26 @@ def set_io_timeouts(sock: socket.socket, seconds: float) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
 
 
-def _mark_overflow(app):
+def _has_data(sock: socket.socket) -> bool:
+    """Bytes (or the client's close) are waiting on ``sock``."""
+    try:
+        sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True  # a thread meets the error
+    return True
+
+
+def _thread_environ(app):
+    """What the worker knows of a request, put into its environ: the event loop's ticket, and
+    whether its connection is over the limit."""
     def wsgi(environ, start_response):
-        if getattr(_overflow, "active", False):
+        ticket = getattr(_thread_state, "ticket", None)
+        if ticket is not None:
+            _thread_state.ticket = None
+            environ[TICKET] = ticket
+        if getattr(_thread_state, "over_capacity", False):
             environ[OVER_CAPACITY] = True
             response = getattr(start_response, "__self__", None)  # gunicorn's Response
             if hasattr(response, "force_close"):

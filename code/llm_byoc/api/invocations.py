@@ -38,6 +38,7 @@ from .admission import Deadline, SequenceGate, Ticket
 from .body import read_json
 from .client_watch import ClientWatch
 from .dispatch import Parser, parse_invocation
+from .loop_admission import TICKET
 from .request_log import RequestLog
 from .sessions import answer_session_request, session_of, session_request
 from .sse import SSE_MIMETYPE, sse_headers
@@ -99,7 +100,9 @@ class InvocationRoute:
     def __call__(self) -> Response:
         deadline: Deadline = g.deadline
         request_log: RequestLog = g.request_log
-        ticket = self._gate.reserve() if self._gate is not None else None  # 429 before the body is read
+        ticket = request.environ.pop(TICKET, None)  # the HTTP worker's event loop may have admitted it
+        if ticket is None and self._gate is not None:
+            ticket = self._gate.reserve()  # 429 before the body is read
         try:
             body = read_json(request, self._config.max_payload_bytes)
             session_kind = session_request(body)

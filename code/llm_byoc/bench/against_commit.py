@@ -4,10 +4,14 @@
 
 Checks REV out into a temporary git worktree and runs ``engine_bench
 --skip-baselines`` (with the given arguments) from each tree in turn, round
-after round, so that load on a shared machine falls on both alike. Extra
+after round, so that load on a shared machine falls on both alike; each round
+starts with the next subject (round 1: this tree, REV, variants; round 2: REV,
+variants, this tree; ...), so that none always runs first. Extra
 ``--variant`` runs of this tree add arguments (``--variant "no prefix
 caching=--no-prefix-caching"``). Prints each run and the medians, with the
-ratio of each to REV, and writes them as JSON.
+ratio of each to REV: of the medians, and the median of each round's own
+ratio (the steadier figure on a machine whose speed drifts), and writes them
+as JSON.
 """
 
 from __future__ import annotations
@@ -40,6 +44,17 @@ def _run(code_dir: Path, bench_args: list[str]) -> dict:
             "itl_p50_s": statistics.median(engine["itl_s"]), "errors": len(engine["errors"])}
 
 
+def round_order(names: list[str], round_index: int) -> list[str]:
+    """The subjects of one round, starting with the next one each round."""
+    shift = round_index % len(names)
+    return names[shift:] + names[:shift]
+
+
+def round_ratios(runs: dict[str, list[dict]], rev: str) -> dict[str, list[float]]:
+    """Each subject's tokens/s over REV's in the same round (the machine's speed drifts between rounds)."""
+    return {name: [r["tokens_per_s"] / b["tokens_per_s"] for r, b in zip(rs, runs[rev])] for name, rs in runs.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     bench_args = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -59,22 +74,27 @@ def main(argv: list[str] | None = None) -> int:
         subjects[name] = (REPO / "code", bench_args + shlex.split(extra))
     runs: dict[str, list[dict]] = {name: [] for name in subjects}
     try:
-        for _ in range(args.rounds):
-            for name, (code_dir, run_args) in subjects.items():
+        for round_index in range(args.rounds):
+            for name in round_order(list(subjects), round_index):
+                code_dir, run_args = subjects[name]
                 runs[name].append(_run(code_dir, run_args))
                 print(f"{name:<24} {runs[name][-1]}", flush=True)
     finally:
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(old)], capture_output=True)
     medians = {name: {key: statistics.median(r[key] for r in rs) for key in rs[0]} for name, rs in runs.items()}
+    per_round = round_ratios(runs, args.rev)
+    ratios = {name: statistics.median(values) for name, values in per_round.items()}
     base = medians[args.rev]
     print(f"CPU: {cpu.describe_line()}; engine_bench {' '.join(bench_args)}; medians of {args.rounds} rounds")
     for name, m in medians.items():
-        print(f"{name:<24} {m['tokens_per_s']:8.1f} tok/s ({m['tokens_per_s'] / base['tokens_per_s']:.3f}x {args.rev})"
+        print(f"{name:<24} {m['tokens_per_s']:8.1f} tok/s ({m['tokens_per_s'] / base['tokens_per_s']:.3f}x {args.rev};"
+              f" median of the rounds' own ratios {ratios[name]:.3f}x)"
               f"  TTFT p50 {1000 * m['ttft_p50_s']:6.0f} ms  ITL p50 {1000 * m['itl_p50_s']:5.1f} ms")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"args": vars(args), "bench_args": bench_args, "cpu": cpu.describe(),
-                                               "runs": runs, "medians": medians}, indent=2))
+                                               "runs": runs, "medians": medians,
+                                               "round_ratios": per_round, "ratios": ratios}, indent=2))
     return 0
 
 

@@ -9,7 +9,9 @@ Starts ``serve`` on a loopback port, opens ``--holders`` keep-alive
 connections that ask ``/ping`` every 4 s (so the server keeps them open),
 probes ``/ping`` every 100 ms from a separate process on fresh connections
 (as a health checker does), then sends ``--streams`` requests at the same
-moment. Reports ``/ping`` latency (p50/p99/max, how many over 2 s or not
+moment, from one asyncio loop in a process of its own (burst.py: client
+threads would queue on the benchmark's GIL and count that as the server's
+latency). Reports ``/ping`` latency (p50/p99/max, how many over 2 s or not
 200), how many requests were served, refused with 429 (and how fast), failed
 otherwise, or hung (no answer within the server's timeout + 30 s), and the
 memory of each server process. Writes benchmarks/results/overload-LABEL.json.
@@ -18,21 +20,19 @@ memory of each server process. Writes benchmarks/results/overload-LABEL.json.
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import random
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from pathlib import Path
 
+from .burst import Burst, BurstRequest, BurstResult
 from .serve_process import save_result, ConnectionHolders, Probe, ServeProcess
 from .stats import distribution
-from .targets import HttpTarget, RequestFailed
-from .workload import RequestSpec, make_prompt
+from .workload import make_prompt
 
 HANG_GRACE_S = 30.0
 MME_MODEL = "bench-model"
@@ -73,48 +73,19 @@ def server_env(args: argparse.Namespace, model_root: Path | None) -> dict[str, s
     return env
 
 
-class Client:
-    """One request; records how it ended and when."""
-
-    def __init__(self, url: str, index: int, args: argparse.Namespace, barrier: threading.Barrier):
-        self.url, self.index, self.args, self.barrier = url, index, args, barrier
-        self.outcome = "not_sent"
-        self.seconds = 0.0
-        self.tokens = 0
-
-    def run(self) -> None:
-        timeout = self.args.server_timeout + HANG_GRACE_S
-        prompt = make_prompt(random.Random(self.index), self.args.input_words)
-        self.barrier.wait()
-        started = time.monotonic()
-        try:
-            if self.args.multi_model:
-                self.outcome = _plain_invoke(self.url, prompt, self.args.max_new_tokens, timeout)
-            else:
-                spec = RequestSpec(self.index, prompt, self.args.input_words, self.args.max_new_tokens)
-                for tokens in HttpTarget(self.url).stream(spec, timeout):
-                    self.tokens += tokens
-                self.outcome = "served" if self.tokens >= self.args.max_new_tokens else "truncated"
-        except RequestFailed as exc:
-            self.outcome = "hung" if exc.kind == "timeout" else exc.kind
-        self.seconds = time.monotonic() - started
-
-
-def _plain_invoke(url: str, prompt: str, max_new_tokens: int, timeout: float) -> str:
-    host, port = url.removeprefix("http://").split(":")
-    body = json.dumps({"inputs": prompt, "parameters": {"max_new_tokens": max_new_tokens, "ignore_eos": True}})
-    conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
-    try:
-        conn.request("POST", f"/models/{MME_MODEL}/invoke", body=body, headers={"Content-Type": "application/json"})
-        response = conn.getresponse()
-        response.read()
-        return "served" if response.status == 200 else f"http_{response.status}"
-    except TimeoutError:
-        return "hung"
-    except (OSError, http.client.HTTPException) as exc:
-        return f"connection_{type(exc).__name__}"
-    finally:
-        conn.close()
+def _burst_requests(args: argparse.Namespace) -> list[BurstRequest]:
+    """``--streams`` requests: TGI streams to /invocations, or plain invokes of the MME model."""
+    requests = []
+    for index in range(args.streams):
+        prompt = make_prompt(random.Random(index), args.input_words)
+        parameters = {"max_new_tokens": args.max_new_tokens, "ignore_eos": True}
+        if args.multi_model:
+            body = {"inputs": prompt, "parameters": parameters}
+            requests.append(BurstRequest(f"/models/{MME_MODEL}/invoke", json.dumps(body).encode(), stream=False))
+        else:
+            body = {"inputs": prompt, "parameters": parameters, "stream": True}
+            requests.append(BurstRequest("/invocations", json.dumps(body).encode(), stream=True))
+    return requests
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -126,12 +97,12 @@ def run(args: argparse.Namespace) -> dict:
     server = ServeProcess(server_env(args, model_root), work / "serve.log", code_dir=args.code)
     try:
         ready_s = server.wait_ready()
-        _warm_up(server.url, args)
+        _warm_up(server.port, args)
         memory_start = server.memory()
         with Probe.ping(server.port) as probe, ConnectionHolders(server.port, args.holders) as holders:
             time.sleep(3.0)  # the holders connect and ask once
             late = Probe.invoke(server.port, *_late_request(args), interval_s=0.1)
-            clients = _burst(server.url, args, late)
+            clients = _burst(server.port, args, late)
             time.sleep(1.0)
         memory_end = server.memory()
     finally:
@@ -158,28 +129,24 @@ def run(args: argparse.Namespace) -> dict:
     }
 
 
-def _warm_up(url: str, args: argparse.Namespace) -> None:
-    one = argparse.Namespace(**{**vars(args), "max_new_tokens": 4})
-    client = Client(url, -1, one, threading.Barrier(1))
-    client.run()
-    if client.outcome != "served":
-        raise RuntimeError(f"the warm-up request failed: {client.outcome}")
+def _warm_up(port: int, args: argparse.Namespace) -> None:
+    one = argparse.Namespace(**{**vars(args), "streams": 1, "max_new_tokens": 4})
+    burst = Burst(port, _burst_requests(one), args.server_timeout, want_tokens=4)
+    burst.wait_sent()
+    (result,) = burst.results()
+    if result.outcome != "served":
+        raise RuntimeError(f"the warm-up request failed: {result.outcome}")
 
 
-def _burst(url: str, args: argparse.Namespace, late: Probe) -> list[Client]:
-    """All requests at once; ``late`` probes the full server from LATE_AFTER_S until LATE_FOR_S later."""
-    barrier = threading.Barrier(args.streams)
-    clients = [Client(url, i, args, barrier) for i in range(args.streams)]
-    threads = [threading.Thread(target=c.run, daemon=True) for c in clients]
-    for thread in threads:
-        thread.start()
+def _burst(port: int, args: argparse.Namespace, late: Probe) -> list[BurstResult]:
+    """All requests at once (burst.py); ``late`` probes the full server from LATE_AFTER_S until
+    LATE_FOR_S later. A request not answered within the server's timeout + HANG_GRACE_S is hung."""
+    burst = Burst(port, _burst_requests(args), args.server_timeout + HANG_GRACE_S, args.max_new_tokens)
+    burst.wait_sent()
     time.sleep(LATE_AFTER_S)
     with late:
         time.sleep(LATE_FOR_S)
-    deadline = time.monotonic() + args.server_timeout + HANG_GRACE_S + 30
-    for thread in threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    return clients
+    return burst.results()
 
 
 def _late_request(args: argparse.Namespace) -> tuple[str, bytes]:

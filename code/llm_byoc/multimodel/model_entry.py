@@ -18,6 +18,7 @@ import time
 from ..config import EngineConfig
 from ..errors import ServingError
 from ..process import Channel, serve_calls
+from ..process.threads import lower_priority
 from ..protocol import WorkerFailure
 from . import messages
 from .store import ModelSpec
@@ -61,6 +62,8 @@ def run_model_process(conn, spec_plain: dict, num_threads: int, engine_plain: di
     channel = Channel(conn, messages)
     spec = ModelSpec.from_plain(spec_plain)
     engine = EngineConfig(**engine_plain) if engine_plain else None
+    if engine is not None:
+        lower_priority(engine.worker_nice)  # before the model's thread pools start
     handler = _load(channel, spec, num_threads, engine)
     if handler is None:
         return

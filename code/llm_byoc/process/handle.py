@@ -4,7 +4,11 @@ Life of a worker: ``start`` (LOADING) -> its first message, the typed handshake:
 the ready message (READY) or a WorkerFailure (DEAD) -> calls -> ``stop``. Each
 call gets a call id and a Future, resolved by whichever waiting caller is
 reading the pipe at the time (no reader thread: a lone caller reads its own
-reply, one wake-up less per call; concurrent callers take turns). A watch
+reply, one wake-up less per call; concurrent callers take turns, and each
+waits on an event of its own: a reply wakes its caller only, and a reader that
+leaves hands the pipe to one other caller, never a wake-up of every waiting
+thread for each reply: with 256 calls pending that herd kept the multi-model
+HTTP worker's two cores busy in the kernel, and its /ping at 60 ms p50). A watch
 thread waits on the process's sentinel, so a death is noticed at once, busy
 or idle: every pending call fails with EngineDead and ``on_dead`` fires once.
 A call that is not answered within its timeout raises CallTimeout; the caller
@@ -65,12 +69,13 @@ class WorkerHandle:
         self._on_dead = on_dead
         self._max_pending = max_pending  # calls sent and not answered; more is 429
         self._daemon = daemon
-        self._cond = threading.Condition()  # guards state, _pending, _reading
+        self._cond = threading.Condition()  # guards state, _pending, _wakes, _reading
         self.state = EngineState.LOADING
         self.detail = "loading"
         self.ready: Any = None  # the handshake message
         self.failure: WorkerFailure | None = None
         self._pending: dict[int, Future] = {}
+        self._wakes: dict[int, threading.Event] = {}  # call id -> its caller's wake-up (its reply, or its turn)
         self._ids = itertools.count(1)
         self._reading = False
         self._closing = False
@@ -165,34 +170,54 @@ class WorkerHandle:
                 raise QueueFull(f"{self.name} has {len(self._pending)} calls waiting")
             call_id = next(self._ids)
             self._pending[call_id] = future
+            wake = self._wakes[call_id] = threading.Event()
         try:
             self._channel.send(call_id, message, payload)
         except (OSError, ValueError, EOFError) as exc:
             self._die(f"{self.name} is gone: {exc}")
             raise EngineDead(self.detail) from None
-        self._await(future, None if timeout_s is None else time.monotonic() + timeout_s)
+        self._await(call_id, future, wake, None if timeout_s is None else time.monotonic() + timeout_s)
         if not future.done():
             with self._cond:
                 self._pending.pop(call_id, None)
             raise CallTimeout(f"{self.name} did not answer within {timeout_s:g} s")
         return future.result()
 
-    def _await(self, future: Future, deadline: float | None) -> None:
+    def _await(self, call_id: int, future: Future, wake: threading.Event, deadline: float | None) -> None:
         """Wait for ``future``; whoever waits and finds no reader reads the pipe for everyone."""
+        try:
+            self._take_turns(call_id, future, wake, deadline)
+        finally:
+            with self._cond:
+                self._wakes.pop(call_id, None)
+                if not self._reading:  # (a caller that gives up may just have been handed the pipe)
+                    self._hand_over(call_id)
+
+    def _hand_over(self, leaving: int) -> None:
+        """The pipe to one other waiting caller (under the lock)."""
+        other = next((e for i, e in self._wakes.items() if i != leaving), None)
+        if other is not None:
+            other.set()
+
+    def _take_turns(self, call_id: int, future: Future, wake: threading.Event, deadline: float | None) -> None:
         while not future.done() and (deadline is None or time.monotonic() < deadline):
             with self._cond:
                 if future.done():
                     return
-                if self._reading:
-                    self._cond.wait(None if deadline is None else deadline - time.monotonic())
-                    continue
-                self._reading = True
+                reading = not self._reading
+                if reading:
+                    self._reading = True
+                else:
+                    wake.clear()  # under the lock: a reply or a hand-over from now on sets it
+            if not reading:
+                wake.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+                continue
             try:
                 self._read_until(future, deadline)
             finally:
                 with self._cond:
                     self._reading = False
-                    self._cond.notify_all()
+                    self._hand_over(call_id)
 
     def _read_until(self, future: Future, deadline: float | None) -> None:
         while not future.done():
@@ -216,7 +241,9 @@ class WorkerHandle:
             future = self._pending.pop(call_id, None)
             if future is not None:  # None: its caller timed out and left
                 future.set_result((message, payload))
-            self._cond.notify_all()
+            wake = self._wakes.pop(call_id, None)
+            if wake is not None:
+                wake.set()
 
     # --- death and stop ---------------------------------------------------------------
 
@@ -230,6 +257,9 @@ class WorkerHandle:
             pending, self._pending = self._pending, {}
             for future in pending.values():
                 future.set_exception(EngineDead(self.detail))
+            wakes, self._wakes = self._wakes, {}
+            for wake in wakes.values():
+                wake.set()
             self._cond.notify_all()
         if not first:
             return

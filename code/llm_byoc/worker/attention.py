@@ -7,10 +7,20 @@ gather per layer: the pool is token-major, so the gathered keys are a
 another copy), and each prefill chunk gathers its cached prefix (a chunk at
 position 0 attends over its own keys, causally, gathering nothing).
 
-Grouped-query attention uses SDPA's ``enable_gqa``: keys and values keep
-their KV heads and are never repeated in memory. (Folding the query groups
-into the length axis instead is 10-30x slower on CPU: it leaves SDPA's fast
-kernels.)
+Cascade attention (``SharedPrefix``, CPU): chunks that start after the same
+cached blocks attend in two parts, merged by their log-sum-exp: all their
+queries over the shared prefix in one call (gathered once, one large
+product instead of one small one per chunk), then each chunk over its own
+keys, causally. For 7 chunks of 34 tokens behind a 1,024-token document
+this halves the attention time of the step on CPU (SmolLM2-135M, 2 cores).
+
+Grouped-query attention never repeats keys and values in memory. A decode
+row's query heads are folded into the query-length axis instead (``[B, KVH,
+group, D]`` against ``[B, KVH, L, D]``: heads ``kvh*group .. kvh*group +
+group-1`` share KV head ``kvh``, as in the checkpoint), which is 1.3-2.2x
+faster on CPU than SDPA's ``enable_gqa`` for one query per row (SmolLM2's 9/3
+heads, 16-64 rows of 64-3,000 keys). Prefill chunks keep ``enable_gqa``: their
+causal mask would have to be repeated per group, and that is not faster.
 """
 
 from __future__ import annotations
@@ -18,7 +28,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .batch import DecodeGroup, PrefillSpan, StepInputs
+from .batch import DecodeGroup, PrefillSpan, SharedPrefix, StepInputs
+
+# Devices where build_step_inputs may form SharedPrefix groups: the parts need each other's
+# log-sum-exp, which torch's CPU flash-attention kernel returns.
+_FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+CASCADE_DEVICES = frozenset({"cpu"}) if _FLASH_CPU is not None else frozenset()
 
 
 def paged_attention(
@@ -33,7 +48,7 @@ def paged_attention(
     k_cache.index_copy_(0, inputs.slot_mapping, k)
     v_cache.index_copy_(0, inputs.slot_mapping, v)
     groups = inputs.decode_groups
-    if len(groups) == 1 and not inputs.prefills:
+    if len(groups) == 1 and not inputs.prefills and not inputs.shared_prefixes:
         return _decode(q, k_cache, v_cache, groups[0])
     out = torch.empty_like(q)
     for group in groups:
@@ -41,6 +56,8 @@ def paged_attention(
     for span in inputs.prefills:
         rows = slice(span.row, span.row + span.length)
         out[rows] = _prefill(q[rows], k[rows], v[rows], k_cache, v_cache, span)
+    for shared in inputs.shared_prefixes:
+        out.index_copy_(0, shared.rows, _cascade(q, k, v, k_cache, v_cache, shared))
     return out
 
 
@@ -52,12 +69,12 @@ def _gather(cache: torch.Tensor, slots: torch.Tensor, batch: int, length: int) -
 def _decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, group: DecodeGroup) -> torch.Tensor:
     """q: [B, H, D], one query per sequence. Returns [B, H, D]."""
     batch, heads, dim = q.shape
-    keys = _gather(k_cache, group.gather, batch, group.kv_len)
+    kv_heads = k_cache.shape[1]
+    keys = _gather(k_cache, group.gather, batch, group.kv_len)  # [B, KVH, L, D]
     values = _gather(v_cache, group.gather, batch, group.kv_len)
-    out = F.scaled_dot_product_attention(
-        q.view(batch, heads, 1, dim), keys, values, attn_mask=group.mask, enable_gqa=True
-    )  # [B, H, 1, D]
-    return out.view(batch, heads, dim)
+    folded = q.view(batch, kv_heads, heads // kv_heads, dim)  # a KV head's query heads as its "length"
+    out = F.scaled_dot_product_attention(folded, keys, values, attn_mask=group.mask)  # [B, KVH, group, D]
+    return out.reshape(batch, heads, dim)
 
 
 def _prefill(
@@ -75,3 +92,37 @@ def _prefill(
         values = _gather(v_cache, span.gather, 1, kv_len)
         out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=span.mask, enable_gqa=True)
     return out[0].transpose(0, 1)  # [n, H, D]
+
+
+def _cascade(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+    k_cache: torch.Tensor, v_cache: torch.Tensor, shared: SharedPrefix,
+) -> torch.Tensor:
+    """The rows of ``shared``'s chunks, [sum of lengths, H, D]: over the shared prefix, then their own keys."""
+    queries = q.index_select(0, shared.rows)  # [T, H, D]
+    rows, heads, dim = queries.shape
+    kv_heads = k_cache.shape[1]
+    group = heads // kv_heads
+    keys = _gather(k_cache, shared.gather, 1, shared.length)  # [1, KVH, P, D]
+    values = _gather(v_cache, shared.gather, 1, shared.length)
+    # every query head of every row against its KV head: [1, KVH, group * T, D], rows (g, t)
+    folded = queries.view(rows, kv_heads, group, dim).permute(1, 2, 0, 3).reshape(1, kv_heads, group * rows, dim)
+    prefix_out, prefix_lse = _FLASH_CPU(folded, keys, values)[:2]  # [1, KVH, group*T, D], [1, KVH, group*T]
+    prefix_out = prefix_out.reshape(kv_heads, group, rows, dim).permute(2, 0, 1, 3).reshape(rows, heads, dim)
+    prefix_lse = prefix_lse.reshape(kv_heads, group, rows).permute(2, 0, 1).reshape(rows, heads)
+    own_out, own_lse = [], []
+    for span in shared.spans:
+        at = slice(span.row, span.row + span.length)
+        out, lse = _FLASH_CPU(
+            q[at].transpose(0, 1)[None],  # [1, H, n, D]
+            k[at].transpose(0, 1)[None].repeat_interleave(group, 1),  # this chunk's own n keys, per query head
+            v[at].transpose(0, 1)[None].repeat_interleave(group, 1),
+            is_causal=True,
+        )[:2]
+        own_out.append(out[0].transpose(0, 1))  # [n, H, D]
+        own_lse.append(lse[0].transpose(0, 1))  # [n, H]
+    own_out, own_lse = torch.cat(own_out), torch.cat(own_lse)
+    top = torch.maximum(prefix_lse, own_lse)
+    w_prefix, w_own = torch.exp(prefix_lse - top), torch.exp(own_lse - top)  # float32
+    merged = (prefix_out.float() * w_prefix[..., None] + own_out.float() * w_own[..., None]) / (w_prefix + w_own)[..., None]
+    return merged.to(q.dtype)

@@ -12,6 +12,12 @@ Decode rows of very different context lengths are split into groups, so that a
 few long contexts do not make every short one gather (and attend over) their
 length: contexts up to ``DECODE_SPLIT_MIN`` tokens form one group, longer ones
 one group per power of two.
+
+Prefill chunks that start right after the same cached blocks (requests that
+share a system prompt or a document and were admitted behind its cached
+blocks) form a ``SharedPrefix`` when the device can run cascade attention
+(``attention.CASCADE_DEVICES``): their queries attend over the shared prefix
+in one call, so the prefix is gathered once, not once per chunk.
 """
 
 from __future__ import annotations
@@ -49,6 +55,16 @@ class PrefillSpan:
 
 
 @dataclass(frozen=True)
+class SharedPrefix:
+    """Prefill chunks (``spans``, each with ``start == length``) after the same ``length`` cached tokens."""
+
+    spans: list[PrefillSpan]  # gather and mask None: their own keys are this step's, attended causally
+    rows: torch.Tensor  # [sum of the spans' lengths] long: their rows, span after span
+    gather: torch.Tensor  # [length] slots of the shared prefix
+    length: int
+
+
+@dataclass(frozen=True)
 class StepInputs:
     token_ids: torch.Tensor  # [T] long
     positions: torch.Tensor  # [T] long
@@ -57,6 +73,7 @@ class StepInputs:
     prefills: list[PrefillSpan]
     sample_rows: torch.Tensor  # [S] long: rows whose next token is sampled
     sample_seq_ids: list[str]  # sequence of each sample row, same order
+    shared_prefixes: list[SharedPrefix] = ()  # prefill chunks attended by cascade (not in ``prefills``)
 
 
 def length_bucket(kv_len: int) -> int:
@@ -75,15 +92,18 @@ def order_chunks(chunks: list[ScheduledChunk], lora_slot=None) -> list[Scheduled
 
 
 def build_step_inputs(
-    chunks: list[ScheduledChunk], tables: dict[str, list[int]], block_size: int, device: torch.device
+    chunks: list[ScheduledChunk], tables: dict[str, list[int]], block_size: int, device: torch.device,
+    cascade: bool = False,
 ) -> StepInputs:
-    """``chunks`` in ``order_chunks`` order; ``tables``: each sequence's block table, this step's blocks included."""
+    """``chunks`` in ``order_chunks`` order; ``tables``: each sequence's block table, this step's blocks included.
+    ``cascade``: group prefill chunks behind the same cached blocks into ``SharedPrefix``es."""
     token_ids: list[int] = []
     positions: list[int] = []
     slots: list[int] = []
     sample_rows: list[int] = []
     sample_seq_ids: list[str] = []
     prefills: list[PrefillSpan] = []
+    behind: dict[tuple[int, ...], list[tuple[int, ScheduledChunk]]] = {}  # cached blocks -> chunks after them
     for chunk in chunks:
         row, n, table = len(token_ids), len(chunk.token_ids), tables[chunk.seq_id]
         token_ids.extend(chunk.token_ids)
@@ -93,8 +113,17 @@ def build_step_inputs(
         if chunk.sample:
             sample_rows.append(row + n - 1)
             sample_seq_ids.append(chunk.seq_id)
-        if n > 1:
+        if n > 1 and cascade and chunk.start_pos > 0 and chunk.start_pos % block_size == 0:
+            behind.setdefault(tuple(table[: chunk.start_pos // block_size]), []).append((row, chunk))
+        elif n > 1:
             prefills.append(_prefill_span(row, chunk, table, block_size, device))
+    shared: list[SharedPrefix] = []
+    for blocks, members in behind.items():
+        if len(members) == 1:  # nothing to share: the plain path
+            row, chunk = members[0]
+            prefills.append(_prefill_span(row, chunk, tables[chunk.seq_id], block_size, device))
+        else:
+            shared.append(_shared_prefix(list(blocks), members, block_size, device))
     singles = [c for c in chunks if len(c.token_ids) == 1]
 
     def as_tensor(values: list[int]) -> torch.Tensor:
@@ -103,8 +132,16 @@ def build_step_inputs(
     return StepInputs(
         as_tensor(token_ids), as_tensor(positions), as_tensor(slots),
         _decode_groups(singles, tables, block_size, device), prefills,
-        as_tensor(sample_rows), sample_seq_ids,
+        as_tensor(sample_rows), sample_seq_ids, shared,
     )
+
+
+def _shared_prefix(blocks: list[int], members: list[tuple[int, ScheduledChunk]], block_size: int,
+                   device: torch.device) -> SharedPrefix:
+    length = len(blocks) * block_size
+    spans = [PrefillSpan(row, len(chunk.token_ids), length, None, None) for row, chunk in members]
+    rows = torch.cat([torch.arange(span.row, span.row + span.length, device=device) for span in spans])
+    return SharedPrefix(spans, rows, _slots([blocks], length, block_size, device)[0], length)
 
 
 def _slots(tables: list[list[int]], kv_len: int, block_size: int, device: torch.device) -> torch.Tensor:

@@ -22,7 +22,7 @@ from ..config import EngineConfig
 from ..cpu import default_num_threads, describe_line
 from ..errors import InsufficientMemory, ServingError
 from ..process import Channel, serve_calls
-from ..process.threads import prepare_threads
+from ..process.threads import lower_priority, prepare_threads
 from ..protocol import StepBatch, WorkerFailure, WorkerReady
 
 if TYPE_CHECKING:
@@ -47,6 +47,7 @@ def run_worker(conn, config: EngineConfig) -> None:
     """Serve ``config``'s model over ``conn`` until Shutdown or the connection closes."""
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format=f"%(asctime)s worker[{os.getpid()}] %(levelname)s %(message)s")
+    lower_priority(config.worker_nice)
     prepare_threads()
     import torch
 

@@ -24,6 +24,7 @@ from ..adapters.messages import AdapterLoadResult
 from ..adapters.peft_folder import BaseShapes
 from ..config import EngineConfig
 from ..protocol import ScheduledChunk, StepBatch, StepOutput
+from .attention import CASCADE_DEVICES
 from .batch import build_step_inputs, order_chunks
 from .kv_cache import PagedKVCache
 from .kv_sizing import KVCacheSize, bytes_per_token, size_kv_cache
@@ -51,6 +52,7 @@ class ModelRunner:
         self.eos_token_ids = tuple(loaded.info.eos_token_ids)  # held back from sequences with min_tokens
         self.max_len = loaded.info.max_model_len
         self.block_size = size.block_size
+        self.cascade = self.device.type in CASCADE_DEVICES  # chunks behind one cached prefix attend over it once
         self.cache = PagedKVCache(
             self.decoder.num_layers, size.num_blocks, size.block_size, self.decoder.num_kv_heads,
             self.decoder.head_dim, loaded.dtype, loaded.device,
@@ -185,7 +187,7 @@ class ModelRunner:
     def _compute(self, chunks: list[ScheduledChunk], masks: dict[str, bytes]) -> list:
         ordered = order_chunks(chunks, self._lora_slot)
         tables = {c.seq_id: self._seqs[c.seq_id].blocks for c in ordered}
-        inputs = build_step_inputs(ordered, tables, self.block_size, self.device)
+        inputs = build_step_inputs(ordered, tables, self.block_size, self.device, self.cascade)
         lora = self._lora_step(ordered, inputs)
         with torch.inference_mode():
             hidden = self.decoder.forward(inputs, self.cache, lora)  # [T, hidden]

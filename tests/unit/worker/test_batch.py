@@ -71,3 +71,29 @@ def test_within_a_length_bucket_rows_follow_their_lora_slot():
     groups = build_step_inputs(ordered, tables, BS, CPU).decode_groups
     assert [(g.row_lo, g.row_hi, g.kv_len) for g in groups] == [(0, 3, 10), (3, 4, DECODE_SPLIT_MIN + 11)]
     assert groups[0].mask[:, 0, 0].sum(-1).tolist() == [6, 10, 4]  # each row its own context
+
+
+def test_chunks_behind_the_same_cached_blocks_share_one_prefix_with_cascade():
+    tables = {"a": [3, 4, 7], "b": [3, 4, 8], "c": [3, 5, 9], "d": [3, 4, 6, 2]}
+    chunks = [ScheduledChunk("a", [1, 2, 3], 8, True), ScheduledChunk("b", [4, 5], 8, True),
+              ScheduledChunk("c", [6, 7], 8, True),  # another second block: alone, the plain path
+              ScheduledChunk("d", [8, 9, 1, 2, 3, 4], 8, True)]
+    plain = build_step_inputs(chunks, tables, BS, CPU)
+    assert plain.shared_prefixes == [] and len(plain.prefills) == 4
+    inputs = build_step_inputs(chunks, tables, BS, CPU, cascade=True)
+    (shared,) = inputs.shared_prefixes
+    assert shared.length == 8 and shared.gather.tolist() == [12, 13, 14, 15, 16, 17, 18, 19]
+    assert [(s.row, s.length, s.start) for s in shared.spans] == [(0, 3, 8), (3, 2, 8), (7, 6, 8)]
+    assert all(s.gather is None and s.mask is None for s in shared.spans)
+    assert shared.rows.tolist() == [0, 1, 2, 3, 4, 7, 8, 9, 10, 11, 12]
+    (alone,) = inputs.prefills
+    assert (alone.row, alone.start) == (5, 8) and alone.gather is not None
+    assert inputs.slot_mapping.tolist() == plain.slot_mapping.tolist()
+
+
+def test_cascade_leaves_chunks_from_position_zero_and_inside_a_block_alone():
+    tables = {"a": [3, 4], "b": [3, 4], "c": [5], "d": [6]}
+    chunks = [ScheduledChunk("a", [1, 2], 5, True), ScheduledChunk("b", [3, 4], 5, True),  # 5: inside block 2
+              ScheduledChunk("c", [1, 2, 3], 0, True), ScheduledChunk("d", [1, 2, 3], 0, True)]
+    inputs = build_step_inputs(chunks, tables, BS, CPU, cascade=True)
+    assert inputs.shared_prefixes == [] and len(inputs.prefills) == 4

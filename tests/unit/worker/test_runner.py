@@ -85,6 +85,34 @@ def test_shared_prefixes_match_generate_with_caching_on_and_off(model_dir, runne
         assert set(result.cached_tokens.values()) == {0}
 
 
+def _behind_one_document() -> list[Request]:
+    """A document computed once, then four questions behind it arriving together: their chunks
+    start after the same three cached blocks, in one step."""
+    doc = _prompts(31, [48])[0]
+    own = _prompts(32, [5, 9, 2, 14])
+    first = Request("doc", doc + own[0][:1], SamplingParams(max_new_tokens=3), 0)
+    return [first] + [Request(f"q{i}", doc + o, SamplingParams(max_new_tokens=10), 8) for i, o in enumerate(own)]
+
+
+@pytest.mark.parametrize("cascade", [True, False])
+def test_chunks_behind_one_cached_document_match_generate_with_cascade_on_and_off(
+    model_dir, runner, cascade, monkeypatch
+):
+    from llm_byoc.worker import attention
+
+    if cascade and not runner.cascade:
+        pytest.skip("no cascade attention on this device")
+    calls = []
+    real = attention._cascade
+    monkeypatch.setattr(attention, "_cascade", lambda *a: calls.append(len(a[-1].spans)) or real(*a))
+    monkeypatch.setattr(runner, "cascade", cascade)
+    requests = _behind_one_document()
+    result = drive(runner, requests, num_slots=4, token_budget=32, eos_token_ids=EOS)
+    assert {k: v for k, v in result.cached_tokens.items() if k != "doc"} == {f"q{i}": 48 for i in range(4)}
+    _assert_matches_generate(model_dir, requests, result.outputs)
+    assert (4 in calls) if cascade else calls == []  # one layer call per layer, all four chunks at once
+
+
 def test_preemption_forced_by_a_tiny_pool_matches_generate(model_dir, runner):
     """Nine blocks of 16 for four sequences of up to 102 tokens: the newest are preempted and
     recomputed, over and over, and every output is still exactly generate's."""

@@ -1,0 +1,115 @@
+"""Admission in the HTTP worker's event loop: a generation request beyond capacity is refused
+with a 429 before any thread is given to it.
+
+In a burst, every request's thread queues for the GIL behind the others: with
+400 requests at once on 2 cores the app took its admission decision (the
+``SequenceGate``) for the last of them about a second after they arrived, so a
+refused client waited that long for its 429. The event loop sees each request
+the moment its connection becomes readable: it peeks at the request line (the
+bytes stay in the socket for the thread that serves the request), takes room
+for one sequence in the gate for a generation route, and hands the ticket to
+the serving thread (``take_ticket``); when the gate is full it writes the 429
+itself (the JSON shape and ``Retry-After`` the app's own 429 has), half-closes
+the connection and lets ``Draining`` read what the client still sends, so the
+answer is not lost to a reset.
+
+Only a plain-TCP HTTP/1.x request whose request line has fully arrived is
+peeked at; anything else goes to a thread as before, and the app admits it.
+
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections import deque
+
+from ..errors import QueueFull
+from .errors import RETRY_AFTER_S, error_json
+
+# The routes whose requests take room in the gate (InvocationRoute serves them all).
+GENERATION_ROUTES = frozenset({"/invocations", "/v1/completions", "/v1/chat/completions"})
+PEEK_BYTES = 1024
+TICKET = "llm_byoc.admission_ticket"  # environ key: the room the event loop took for this request
+GATE_EXTENSION = "llm_byoc.sequence_gate"  # app.extensions key: the app's SequenceGate (None: no gate)
+DRAIN_S = 1.0  # how long a refused connection is read from before it is closed
+
+
+def generation_route(head: bytes) -> str | None:
+    """The path of a ``POST`` to a generation route, from the first bytes of a request."""
+    line, found, _ = head.partition(b"\r\n")
+    if not found:
+        return None  # the request line has not fully arrived: the thread decides
+    parts = line.split(b" ")
+    if len(parts) != 3 or parts[0] != b"POST" or not parts[2].startswith(b"HTTP/1."):
+        return None
+    path = parts[1].split(b"?", 1)[0].decode("latin-1")
+    return path if path in GENERATION_ROUTES else None
+
+
+def peek_route(sock: socket.socket) -> str | None:
+    """``generation_route`` of what is waiting on ``sock``, without reading it (never blocks)."""
+    try:
+        head = sock.recv(PEEK_BYTES, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except (BlockingIOError, InterruptedError, OSError):
+        return None
+    return generation_route(head)
+
+
+def refusal(path: str, exc: QueueFull) -> bytes:
+    """The 429 the app would answer, with ``Connection: close``."""
+    body = json.dumps(error_json(path, exc.status_code, exc.message, exc.error_type)).encode()
+    head = (
+        f"HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        f"Retry-After: {RETRY_AFTER_S}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode("latin-1") + body
+
+
+def send_refusal(sock: socket.socket, data: bytes) -> bool:
+    """Write the whole 429 without blocking, then half-close; False if the socket would not take it."""
+    try:
+        sent = sock.send(data, socket.MSG_DONTWAIT)
+        if sent != len(data):
+            return False
+        sock.shutdown(socket.SHUT_WR)
+    except OSError:
+        return False
+    return True
+
+
+class Draining:
+    """Refused connections, read from (and the bytes dropped) until the client closes or
+    ``DRAIN_S`` passes, then closed. Called from the event loop only."""
+
+    def __init__(self):
+        self._conns: deque = deque()  # (deadline, conn), oldest first
+
+    def __len__(self) -> int:
+        return len(self._conns)
+
+    def add(self, conn) -> None:
+        self._conns.append((time.monotonic() + DRAIN_S, conn))
+
+    def readable(self, conn) -> bool:
+        """Drop what arrived; True once the client has closed (the caller closes the connection)."""
+        try:
+            while True:
+                data = conn.sock.recv(65536, socket.MSG_DONTWAIT)
+                if not data:
+                    return True
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return True
+
+    def expired(self) -> list:
+        """The connections whose time is up, taken out of the queue."""
+        now, out = time.monotonic(), []
+        while self._conns and self._conns[0][0] <= now:
+            out.append(self._conns.popleft()[1])
+        return out
+
+    def remove(self, conn) -> None:
+        self._conns = deque(item for item in self._conns if item[1] is not conn)

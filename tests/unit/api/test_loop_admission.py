@@ -1,0 +1,85 @@
+"""Admission in the HTTP worker's event loop: which request lines it admits, and the 429 it writes."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import pytest
+
+from llm_byoc.api import loop_admission
+from llm_byoc.api.loop_admission import Draining, generation_route, peek_route, refusal, send_refusal
+from llm_byoc.errors import QueueFull
+
+
+@pytest.mark.parametrize("head, route", [
+    (b"POST /invocations HTTP/1.1\r\nHost: x\r\n", "/invocations"),
+    (b"POST /invocations?x=1 HTTP/1.0\r\n", "/invocations"),
+    (b"POST /v1/chat/completions HTTP/1.1\r\n", "/v1/chat/completions"),
+    (b"POST /v1/completions HTTP/1.1\r\n\r\n", "/v1/completions"),
+    (b"GET /invocations HTTP/1.1\r\n", None),  # not a generation
+    (b"POST /ping HTTP/1.1\r\n", None),
+    (b"POST /models/m/invoke HTTP/1.1\r\n", None),  # multi-model: its own admission
+    (b"POST /invocations HTTP/1.1", None),  # the request line has not fully arrived
+    (b"POST /invocations HTTP/2.0\r\n", None),
+    (b"POST  /invocations HTTP/1.1\r\n", None),  # malformed: gunicorn answers it
+    (b"\xff\xfe\r\n", None),
+    (b"", None),
+])
+def test_generation_route(head, route):
+    assert generation_route(head) == route
+
+
+def test_refusal_is_the_app_s_429_in_each_shape():
+    exc = QueueFull("the server is at capacity")
+    for path, payload in (("/invocations", {"error": "the server is at capacity", "type": "queue_full"}),
+                          ("/v1/completions", {"error": {"message": "the server is at capacity", "type": "queue_full",
+                                                         "param": None, "code": 429}, "type": "queue_full"})):
+        head, _, body = refusal(path, exc).partition(b"\r\n\r\n")
+        lines = head.decode().split("\r\n")
+        headers = dict(line.split(": ", 1) for line in lines[1:])
+        assert lines[0] == "HTTP/1.1 429 Too Many Requests"
+        assert headers["Retry-After"] == "1" and headers["Connection"] == "close"
+        assert headers["Content-Type"] == "application/json" and int(headers["Content-Length"]) == len(body)
+        assert json.loads(body) == payload
+
+
+def test_peek_leaves_the_bytes_and_a_refused_client_reads_the_whole_answer():
+    server, client = socket.socketpair()
+    with server, client:
+        assert peek_route(server) is None  # nothing yet, and no blocking
+        client.sendall(b"POST /invocations HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}")
+        time.sleep(0.05)
+        assert peek_route(server) == "/invocations"
+        assert server.recv(100).startswith(b"POST /invocations")  # still there for the thread
+        answer = refusal("/invocations", QueueFull("full"))
+        assert send_refusal(server, answer)
+        received = b""
+        while chunk := client.recv(65536):  # the half-close ends the answer
+            received += chunk
+        assert received == answer
+
+
+class _Conn:
+    def __init__(self, sock):
+        self.sock = sock
+
+
+def test_draining_reads_until_the_client_closes_or_time_is_up(monkeypatch):
+    monkeypatch.setattr(loop_admission, "DRAIN_S", 0.2)
+    draining = Draining()
+    server, client = socket.socketpair()
+    with server, client:
+        conn = _Conn(server)
+        draining.add(conn)
+        client.sendall(b"the rest of a body")
+        assert draining.readable(conn) is False  # read and dropped; the client is still there
+        assert draining.expired() == []
+        time.sleep(0.25)
+        assert draining.expired() == [conn] and len(draining) == 0
+        draining.add(conn)
+        client.close()
+        assert draining.readable(conn) is True
+        draining.remove(conn)
+        assert len(draining) == 0

@@ -1,0 +1,68 @@
+"""Paged attention: cascade attention over a shared prefix gives what each chunk's own gather gives."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from llm_byoc.protocol import ScheduledChunk
+from llm_byoc.worker.attention import CASCADE_DEVICES, paged_attention
+from llm_byoc.worker.batch import build_step_inputs, order_chunks
+
+CPU = torch.device("cpu")
+BS = 4
+HEADS, KV_HEADS, DIM = 6, 2, 8
+
+
+def _cache(num_blocks: int, dtype=torch.float32):
+    gen = torch.Generator().manual_seed(0)
+    k = torch.randn(num_blocks * BS, KV_HEADS, DIM, generator=gen, dtype=torch.float32).to(dtype)
+    v = torch.randn(num_blocks * BS, KV_HEADS, DIM, generator=gen, dtype=torch.float32).to(dtype)
+    k[:BS] = 0
+    v[:BS] = 0
+    return k, v
+
+
+def _reference(q, k_cache, v_cache, slots):
+    """One query row over the keys at ``slots`` (its whole context), heads repeated: plain softmax."""
+    keys = k_cache[slots].repeat_interleave(HEADS // KV_HEADS, 1).transpose(0, 1)  # [H, L, D]
+    values = v_cache[slots].repeat_interleave(HEADS // KV_HEADS, 1).transpose(0, 1)
+    return F.scaled_dot_product_attention(q[:, None], keys, values)[:, 0]  # [H, D]
+
+
+@pytest.mark.skipif("cpu" not in CASCADE_DEVICES, reason="torch has no CPU flash-attention kernel here")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cascade_equals_each_chunk_over_its_own_gather(dtype):
+    # three chunks behind the same two cached blocks (8 tokens), one behind other blocks, two decodes
+    tables = {"a": [1, 2, 5, 6], "b": [1, 2, 7], "c": [1, 2, 8, 9], "x": [3, 4, 10], "d1": [11, 12], "d2": [1, 2, 13]}
+    chunks = order_chunks([
+        ScheduledChunk("a", [1] * 7, 8, True), ScheduledChunk("b", [1] * 2, 8, True),
+        ScheduledChunk("c", [1] * 5, 8, True), ScheduledChunk("x", [1] * 3, 8, True),
+        ScheduledChunk("d1", [1], 6, True), ScheduledChunk("d2", [1], 9, True),
+    ])
+    k_cache, v_cache = _cache(16, dtype)
+    rows = sum(len(c.token_ids) for c in chunks)
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(rows, h, DIM, generator=gen).to(dtype) for h in (HEADS, KV_HEADS, KV_HEADS))
+    results = {}
+    for cascade in (False, True):
+        kc, vc = k_cache.clone(), v_cache.clone()
+        inputs = build_step_inputs(chunks, tables, BS, CPU, cascade=cascade)
+        assert len(inputs.shared_prefixes) == int(cascade)
+        results[cascade] = paged_attention(q, k, v, kc, vc, inputs)
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(results[True], results[False], atol=tolerance, rtol=tolerance)
+    # and both are plain softmax attention over each row's context
+    kc, vc = k_cache.clone(), v_cache.clone()
+    inputs = build_step_inputs(chunks, tables, BS, CPU, cascade=True)
+    paged_attention(q, k, v, kc, vc, inputs)  # writes this step's keys
+    row = 0
+    for chunk in chunks:
+        table = tables[chunk.seq_id]
+        for i in range(len(chunk.token_ids)):
+            end = chunk.start_pos + i + 1
+            slots = torch.tensor([table[p // BS] * BS + p % BS for p in range(end)])
+            expected = _reference(q[row].float(), kc.float(), vc.float(), slots)
+            torch.testing.assert_close(results[True][row].float(), expected, atol=tolerance, rtol=tolerance)
+            row += 1
