@@ -37,3 +37,16 @@ def test_tree_and_is_running_and_zombies():
         proc.kill()
         proc.wait()
     assert procfs.start_time(proc.pid) is None
+
+
+def test_rss_from_statm_agrees_with_smaps_rollup():
+    import os
+
+    from llm_byoc.process import procfs
+
+    blob = bytearray(64 * 1024 * 1024)  # touched: resident
+    for i in range(0, len(blob), 4096):
+        blob[i] = 1
+    fast, walked = procfs.rss(os.getpid()), procfs.footprint(os.getpid()).rss
+    assert fast > 64 * 1024 * 1024 and abs(fast - walked) < 0.05 * walked
+    assert procfs.rss(2**22 + 12345) == 0  # no such process

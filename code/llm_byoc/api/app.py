@@ -36,7 +36,7 @@ from .errors import error_response, register_error_handlers
 from .health import REFRESH_S, HealthCache
 from .http_worker import OVER_CAPACITY, set_io_timeouts
 from .invocations import CLIENT_SOCKET, InvocationRoute
-from .loop_admission import GATE_EXTENSION
+from .loop_admission import ADMISSION_EXTENSION, GateAdmission, PerModelAdmission
 from .openai_routes import register_openai_routes
 from .openapi import register_openapi_route
 from .request_log import RequestLog
@@ -58,7 +58,8 @@ def create_app(
     model = _ModelFacts(engine, config.served_model_name)
     health = HealthCache(lambda: engine.health(), refresh_s=health_refresh_s)
     gate = SequenceGate(capacity) if capacity else None
-    app.extensions[GATE_EXTENSION] = gate  # the HTTP worker's event loop admits with it too (loop_admission.py)
+    if gate is not None:  # the HTTP worker's event loop admits with it too (loop_admission.py)
+        app.extensions[ADMISSION_EXTENSION] = GateAdmission(gate)
     watch = ClientWatch()
     app.add_url_rule("/invocations", "invocations", InvocationRoute(engine, config, model, gate, watch), methods=["POST"])
     register_openai_routes(app, engine, config, model, gate, watch)
@@ -105,6 +106,10 @@ def create_multi_model_app(config: ServerConfig, multi_model: MultiModelConfig) 
     app = _base_app(config)
     register_metrics_route(app)
     register_multi_model_routes(app, multi_model, invoke_timeout_s=float(config.timeout_s))
+    from ..multimodel.model_process import ModelProcess
+
+    # a model process takes ModelProcess.max_pending calls: the event loop refuses beyond that
+    app.extensions[ADMISSION_EXTENSION] = PerModelAdmission(ModelProcess.max_pending)
     return app
 
 

@@ -50,7 +50,9 @@ from gunicorn.workers.gthread import DEFAULT_WORKER_DATA_TIMEOUT, ThreadWorker, 
 from ..errors import QueueFull
 from ..metrics import observe_request
 from . import drain
-from .loop_admission import GATE_EXTENSION, TICKET, Draining, peek_route, refusal, send_refusal
+from .loop_admission import (
+    ADMISSION_EXTENSION, TICKET, Draining, invoked_model, peek_route, refusal, send_refusal,
+)
 
 OVER_CAPACITY = "llm_byoc.over_capacity"  # environ key: this connection is over the limit
 OVERFLOW_THREADS = 4
@@ -76,7 +78,7 @@ class ThreadPerConnectionWorker(ThreadWorker):
         self.max_connections = self.cfg.threads
         self.max_keepalived = self.cfg.threads  # kept-alive connections are admitted ones too
         self.overflow_pool: futures.ThreadPoolExecutor | None = None
-        self.gate = None  # the app's SequenceGate, once loaded (None: the app admits alone)
+        self.admission = None  # the app's loop admission, once loaded (None: the app admits alone)
         self.draining = Draining()
         self._admitted: list[TConn] = []  # this turn's connections, handed to threads at its end
 
@@ -91,7 +93,7 @@ class ThreadPerConnectionWorker(ThreadWorker):
     def load_wsgi(self):
         super().load_wsgi()
         gc.freeze()  # the app, tokenizer and libraries: never scanned again by the cyclic GC
-        self.gate = getattr(self.wsgi, "extensions", {}).get(GATE_EXTENSION)
+        self.admission = getattr(self.wsgi, "extensions", {}).get(ADMISSION_EXTENSION)
         self.wsgi = _thread_environ(self.wsgi)
 
     def accept(self, listener):
@@ -119,7 +121,7 @@ class ThreadPerConnectionWorker(ThreadWorker):
     # --- admission in the event loop ------------------------------------------------------------
 
     def _admits_in_loop(self) -> bool:
-        return self.gate is not None and self.alive and not self.cfg.is_ssl
+        return self.admission is not None and self.alive and not self.cfg.is_ssl
 
     def _wait_for_request(self, conn: TConn) -> None:
         """A new connection waits in the poller (gunicorn's pending connections) until it is readable."""
@@ -138,7 +140,7 @@ class ThreadPerConnectionWorker(ThreadWorker):
             super().enqueue_req(conn)  # not a generation (a health check, ...): its thread starts now
             return
         try:
-            conn.llm_byoc_ticket = self.gate.reserve()
+            conn.llm_byoc_ticket = self.admission.reserve(route)
         except QueueFull as exc:
             self._refuse(conn, route, exc)
             return
@@ -180,7 +182,8 @@ class ThreadPerConnectionWorker(ThreadWorker):
             self.nr_conns -= 1
             conn.close()
             return
-        observe_request(route, 429, time.perf_counter() - started)
+        rule = "/models/<name>/invoke" if invoked_model(route) else route  # the app's own label
+        observe_request(rule, 429, time.perf_counter() - started)
         self.draining.add(conn)
         self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._on_draining_readable, conn))
 

@@ -7,7 +7,9 @@ In a burst, every request's thread queues for the GIL behind the others: with
 refused client waited that long for its 429. The event loop sees each request
 the moment its connection becomes readable: it peeks at the request line (the
 bytes stay in the socket for the thread that serves the request), takes room
-for one sequence in the gate for a generation route, and hands the ticket to
+for one sequence in the gate for a generation route (in multi-model mode:
+room among the invoked model's requests in flight, ``PerModelAdmission``),
+and hands the ticket to
 the serving thread (``take_ticket``); when the gate is full it writes the 429
 itself (the JSON shape and ``Retry-After`` the app's own 429 has), half-closes
 the connection and lets ``Draining`` read what the client still sends, so the
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 from collections import deque
 
@@ -32,12 +35,13 @@ from .errors import RETRY_AFTER_S, error_json
 GENERATION_ROUTES = frozenset({"/invocations", "/v1/completions", "/v1/chat/completions"})
 PEEK_BYTES = 1024
 TICKET = "llm_byoc.admission_ticket"  # environ key: the room the event loop took for this request
-GATE_EXTENSION = "llm_byoc.sequence_gate"  # app.extensions key: the app's SequenceGate (None: no gate)
+ADMISSION_EXTENSION = "llm_byoc.loop_admission"  # app.extensions key: what the event loop admits with
 DRAIN_S = 1.0  # how long a refused connection is read from before it is closed
 
 
 def generation_route(head: bytes) -> str | None:
-    """The path of a ``POST`` to a generation route, from the first bytes of a request."""
+    """The path of a ``POST`` to a generation route (or a multi-model invoke), from the first
+    bytes of a request."""
     line, found, _ = head.partition(b"\r\n")
     if not found:
         return None  # the request line has not fully arrived: the thread decides
@@ -45,7 +49,69 @@ def generation_route(head: bytes) -> str | None:
     if len(parts) != 3 or parts[0] != b"POST" or not parts[2].startswith(b"HTTP/1."):
         return None
     path = parts[1].split(b"?", 1)[0].decode("latin-1")
-    return path if path in GENERATION_ROUTES else None
+    return path if path in GENERATION_ROUTES or invoked_model(path) is not None else None
+
+
+def invoked_model(path: str) -> str | None:
+    """``NAME`` of ``/models/NAME/invoke`` (the multi-model invoke route), else None."""
+    parts = path.split("/")
+    if len(parts) == 4 and parts[0] == "" and parts[1] == "models" and parts[2] and parts[3] == "invoke":
+        return parts[2]
+    return None
+
+
+class GateAdmission:
+    """Single-model mode: the generation routes take room in the app's ``SequenceGate``."""
+
+    def __init__(self, gate):
+        self._gate = gate
+
+    def reserve(self, path: str):
+        """A ticket (its ``release`` idempotent), None for a path admitted elsewhere; QueueFull when full."""
+        return self._gate.reserve() if path in GENERATION_ROUTES else None
+
+
+class PerModelAdmission:
+    """Multi-model mode: at most ``capacity`` invokes of one model in flight (its process's
+    limit of pending calls); the ticket is given back when the request's thread is done."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}  # only models with requests in flight: bounded by them
+
+    def reserve(self, path: str):
+        name = invoked_model(path)
+        if name is None:
+            return None
+        with self._lock:
+            count = self._counts.get(name, 0)
+            if count >= self.capacity:
+                raise QueueFull(f"model {name!r} has {count} requests in flight, its limit; retry later")
+            self._counts[name] = count + 1
+        return _ModelTicket(self, name)
+
+    def in_flight(self, name: str) -> int:
+        with self._lock:
+            return self._counts.get(name, 0)
+
+    def _release(self, name: str) -> None:
+        with self._lock:
+            count = self._counts.get(name, 0) - 1
+            if count > 0:
+                self._counts[name] = count
+            else:
+                self._counts.pop(name, None)
+
+
+class _ModelTicket:
+    def __init__(self, admission: PerModelAdmission, name: str):
+        self._admission, self._name, self._held = admission, name, True
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self._admission._release(self._name)
 
 
 def peek_route(sock: socket.socket) -> str | None:

@@ -93,6 +93,7 @@ class ModelProcess:
 
 
 def shared_bytes() -> int:
-    """The zygote's resident memory: the library pages every forked model shares, counted once."""
+    """The zygote's resident memory: the library pages every forked model shares, counted once
+    (read on every multi-model /ping: the cheap counter, not smaps_rollup)."""
     pid = zygote_pid()
-    return procfs.footprint(pid).rss if pid else 0
+    return procfs.rss(pid) if pid else 0

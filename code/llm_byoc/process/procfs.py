@@ -63,6 +63,16 @@ def is_running(pid: int, started: int | None) -> bool:
     return fields[0] not in ("Z", "X") and started is not None and int(fields[19]) == started
 
 
+def rss(pid: int) -> int:
+    """Resident bytes of one process from ``statm`` (the kernel's counters: O(1), where reading
+    ``smaps_rollup`` walks every mapping, ~7 ms for a process that has imported torch); 0 if gone."""
+    try:
+        with open(f"/proc/{pid}/statm") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 def footprint(pid: int) -> Footprint:
     """RSS, PSS and USS of one process (smaps_rollup); zeros if it is gone."""
     fields = {}

@@ -142,7 +142,7 @@ class TritonWorkerFactory:
     def shared_bytes(self) -> int:
         """tritonserver itself and the zygote (the causal LMs'), counted once, outside the budget."""
         pid = self.client.server_pid()
-        return (procfs.footprint(pid).rss if pid else 0) + self.native.shared_bytes()
+        return (procfs.rss(pid) if pid else 0) + self.native.shared_bytes()
 
     def close(self) -> None:
         try:

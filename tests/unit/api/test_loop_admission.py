@@ -9,7 +9,10 @@ import time
 import pytest
 
 from llm_byoc.api import loop_admission
-from llm_byoc.api.loop_admission import Draining, generation_route, peek_route, refusal, send_refusal
+from llm_byoc.api.admission import SequenceGate
+from llm_byoc.api.loop_admission import (
+    Draining, GateAdmission, PerModelAdmission, generation_route, peek_route, refusal, send_refusal,
+)
 from llm_byoc.errors import QueueFull
 
 
@@ -20,7 +23,9 @@ from llm_byoc.errors import QueueFull
     (b"POST /v1/completions HTTP/1.1\r\n\r\n", "/v1/completions"),
     (b"GET /invocations HTTP/1.1\r\n", None),  # not a generation
     (b"POST /ping HTTP/1.1\r\n", None),
-    (b"POST /models/m/invoke HTTP/1.1\r\n", None),  # multi-model: its own admission
+    (b"POST /models/m/invoke HTTP/1.1\r\n", "/models/m/invoke"),  # multi-model: per model
+    (b"POST /models/m/invoke/x HTTP/1.1\r\n", None),
+    (b"POST /models//invoke HTTP/1.1\r\n", None),
     (b"POST /invocations HTTP/1.1", None),  # the request line has not fully arrived
     (b"POST /invocations HTTP/2.0\r\n", None),
     (b"POST  /invocations HTTP/1.1\r\n", None),  # malformed: gunicorn answers it
@@ -83,3 +88,32 @@ def test_draining_reads_until_the_client_closes_or_time_is_up(monkeypatch):
         assert draining.readable(conn) is True
         draining.remove(conn)
         assert len(draining) == 0
+
+
+def test_single_model_admission_takes_room_in_the_gate_for_generation_routes_only():
+    gate = SequenceGate(2)
+    admission = GateAdmission(gate)
+    assert admission.reserve("/models/m/invoke") is None
+    first, second = admission.reserve("/invocations"), admission.reserve("/v1/completions")
+    with pytest.raises(QueueFull):
+        admission.reserve("/v1/chat/completions")
+    first.release()
+    first.release()  # idempotent
+    assert gate.in_flight == 1
+    second.release()
+    assert gate.in_flight == 0
+
+
+def test_multi_model_admission_counts_each_model_apart():
+    admission = PerModelAdmission(capacity=2)
+    assert admission.reserve("/invocations") is None  # routed by header: the app admits it
+    a1, a2 = admission.reserve("/models/a/invoke"), admission.reserve("/models/a/invoke")
+    with pytest.raises(QueueFull, match="'a' has 2 requests in flight"):
+        admission.reserve("/models/a/invoke")
+    b1 = admission.reserve("/models/b/invoke")  # another model has its own room
+    a1.release()
+    a1.release()  # idempotent
+    assert admission.in_flight("a") == 1 and admission.in_flight("b") == 1
+    a2.release()
+    b1.release()
+    assert admission.in_flight("a") == 0 and admission._counts == {}  # nothing kept for idle models
