@@ -8,10 +8,11 @@ handling and changes five things:
 
 * **admission in the event loop** (``loop_admission.py``): a generation
   request is seen the moment its connection is readable (a new connection
-  waits in the poller until its request arrives, not in a thread); room in
-  the app's ``SequenceGate`` is taken there and handed to the serving thread,
-  and beyond capacity the loop writes the 429 itself, so in a burst a refused
-  client does not wait for the threads of the admitted ones;
+  waits in the poller until its request arrives, not in a thread); room is
+  taken there (the app's ``SequenceGate``, or per model in multi-model mode)
+  and handed to the serving thread, and beyond capacity the loop writes the
+  429 itself, so in a burst a refused client does not wait for the threads of
+  the admitted ones;
 * **no hidden queue**: the pool has a thread for each of the
   ``max_connections`` (= ``--threads``) connections it admits, so a request
   starts the moment it arrives, and capacity is the app's decision (429),
