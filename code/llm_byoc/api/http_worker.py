@@ -137,23 +137,24 @@ class ThreadPerConnectionWorker(ThreadWorker):
         and in a burst the refusals would wait behind every admitted request's start."""
         buffered = conn.parser is not None and conn.parser.unreader.buf.getvalue()
         route = peek_route(conn.sock) if self._admits_in_loop() and not buffered else None
-        if route is None:
-            super().enqueue_req(conn)  # not a generation (a health check, ...): its thread starts now
-            return
         try:
-            conn.llm_byoc_ticket = self.admission.reserve(route)
+            ticket = self.admission.reserve(route) if route is not None else None
         except QueueFull as exc:
             self._refuse(conn, route, exc)
             return
+        if ticket is None:
+            super().enqueue_req(conn)  # not admitted here (a health check, ...): its thread starts now
+            return
+        conn.llm_byoc_ticket = ticket
         self._admitted.append(conn)
 
     def wait_for_and_dispatch_events(self, timeout):
         """One turn: wait for events and dispatch them; then, if generation requests were admitted,
         while more keep arriving (the rest of a burst) dispatch those too, for up to
         ``BURST_WINDOW_S``; only then wake the threads of the requests admitted (a lone request
-        waits ``BURST_GAP_S`` for company). A woken thread takes the GIL from this loop, and in a burst the
-        loop would see the rest (and refuse what is beyond capacity) only after every admitted
-        request's thread had started."""
+        waits ``BURST_GAP_S`` for company). A woken thread takes the GIL from this loop, and in a
+        burst the loop would see the rest (and refuse what is beyond capacity) only after every
+        admitted request's thread had started."""
         try:
             self._dispatch(timeout)
             window_ends = time.monotonic() + BURST_WINDOW_S

@@ -9,15 +9,13 @@ the moment its connection becomes readable: it peeks at the request line (the
 bytes stay in the socket for the thread that serves the request), takes room
 for one sequence in the gate for a generation route (in multi-model mode:
 room among the invoked model's requests in flight, ``PerModelAdmission``),
-and hands the ticket to
-the serving thread (``take_ticket``); when the gate is full it writes the 429
-itself (the JSON shape and ``Retry-After`` the app's own 429 has), half-closes
-the connection and lets ``Draining`` read what the client still sends, so the
-answer is not lost to a reset.
+and hands the ticket to the serving thread (``environ[TICKET]``); when the
+gate is full it writes the 429 itself (the JSON shape and ``Retry-After`` the
+app's own 429 has), half-closes the connection and lets ``Draining`` read
+what the client still sends, so the answer is not lost to a reset.
 
 Only a plain-TCP HTTP/1.x request whose request line has fully arrived is
 peeked at; anything else goes to a thread as before, and the app admits it.
-
 """
 
 from __future__ import annotations
