@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from ..client.errors import EndpointError
 from ..client.events import DONE, events_from_message
 from ..client.sse import SSEDecoder
-from .targets import classify_endpoint_error
+from .targets import StreamState, classify_endpoint_error
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ async def _answer(reader: asyncio.StreamReader, stream: bool, want_tokens: int) 
     if not stream:
         json.loads(await reader.read())
         return "served", 0
-    decoder, tokens, finished = SSEDecoder(), 0, False
+    decoder, state, tokens = SSEDecoder(), StreamState(), 0
     try:
         while True:
             line = await reader.readline()
@@ -138,9 +138,10 @@ async def _answer(reader: asyncio.StreamReader, stream: bool, want_tokens: int) 
                 if message.data == DONE:
                     return ("served" if tokens >= want_tokens else "truncated"), tokens
                 for event in events_from_message(message):
-                    tokens += 1 if (event.token_id is not None or event.text) else 0
-                    finished = finished or event.finish_reason is not None
+                    tokens += state.add(event)
             if not line:
-                return ("served" if tokens >= want_tokens else "truncated") if finished else "incomplete_stream", tokens
+                if not state.finished:
+                    return "incomplete_stream", tokens
+                return ("served" if tokens >= want_tokens else "truncated"), tokens
     except EndpointError as exc:  # an error event in the stream (StreamError included)
         return classify_endpoint_error(exc), tokens

@@ -32,7 +32,8 @@ from pathlib import Path
 from .burst import Burst, BurstRequest, BurstResult
 from .serve_process import save_result, ConnectionHolders, Probe, ServeProcess
 from .stats import distribution
-from .workload import make_prompt
+from .targets import build_payload
+from .workload import RequestSpec, make_prompt
 
 HANG_GRACE_S = 30.0
 MME_MODEL = "bench-model"
@@ -78,12 +79,11 @@ def _burst_requests(args: argparse.Namespace) -> list[BurstRequest]:
     requests = []
     for index in range(args.streams):
         prompt = make_prompt(random.Random(index), args.input_words)
-        parameters = {"max_new_tokens": args.max_new_tokens, "ignore_eos": True}
+        body = build_payload(RequestSpec(index, prompt, args.input_words, args.max_new_tokens), "tgi")
         if args.multi_model:
-            body = {"inputs": prompt, "parameters": parameters}
+            del body["stream"]  # a plain invoke
             requests.append(BurstRequest(f"/models/{MME_MODEL}/invoke", json.dumps(body).encode(), stream=False))
         else:
-            body = {"inputs": prompt, "parameters": parameters, "stream": True}
             requests.append(BurstRequest("/invocations", json.dumps(body).encode(), stream=True))
     return requests
 

@@ -115,7 +115,7 @@ class HttpTarget:
         return response, sock
 
     def _read_events(self, sock: socket.socket, response, deadline: float) -> Iterator[int]:
-        decoder, stream = SSEDecoder(), _StreamState()
+        decoder, stream = SSEDecoder(), StreamState()
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -151,7 +151,7 @@ def _drain(sock: socket.socket, response: http.client.HTTPResponse) -> None:
         pass
 
 
-class _StreamState:
+class StreamState:
     """Counts the tokens of a stream and notices its last event."""
 
     def __init__(self) -> None:
@@ -182,7 +182,7 @@ class SageMakerTarget:
 
     def stream(self, spec: RequestSpec, timeout_s: float) -> Iterator[int]:
         deadline = time.monotonic() + timeout_s
-        stream = _StreamState()
+        stream = StreamState()
         events = self.client.stream(build_payload(spec, self.api))
         try:
             for event in events:
