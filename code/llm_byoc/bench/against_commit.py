@@ -2,16 +2,18 @@
 
     python -m llm_byoc.bench.against_commit REV [--rounds 2] [--variant NAME=ARGS ...] -- [engine_bench args]
 
-Checks REV out into a temporary git worktree and runs ``engine_bench
---skip-baselines`` (with the given arguments) from each tree in turn, round
-after round, so that load on a shared machine falls on both alike; each round
-starts with the next subject (round 1: this tree, REV, variants; round 2: REV,
-variants, this tree; ...), so that none always runs first. Extra
-``--variant`` runs of this tree add arguments (``--variant "no prefix
-caching=--no-prefix-caching"``). Prints each run and the medians, with the
-ratio of each to REV: of the medians, and the median of each round's own
-ratio (the steadier figure on a machine whose speed drifts), and writes them
-as JSON.
+Checks REV out into a temporary git worktree and loads one engine per subject
+(this tree, REV, and each ``--variant`` run of this tree with arguments
+added, e.g. ``--variant "no prefix caching=--no-prefix-caching"``), each in
+its own ``bench_subject`` process, all kept loaded; then runs the engine
+benchmark's closed loop on each in turn, round after round, so that load on a
+shared machine falls on all alike and a round takes seconds, not a model load
+per run. Each round starts with the next subject (round 1: this tree, REV,
+variants; round 2: REV, variants, this tree; ...), so that none always runs
+first; run K sends every subject the same prompts, new to its prefix cache.
+Prints each run and the medians, with the ratio of each to REV: of the
+medians, and the median of each round's own ratio (the steadier figure on a
+machine whose speed drifts), and writes them as JSON.
 """
 
 from __future__ import annotations
@@ -27,21 +29,46 @@ import tempfile
 from pathlib import Path
 
 from .. import cpu
+from ..models.default_model import model_or_default
 
 REPO = Path(__file__).resolve().parents[3]
+SUBJECT_SCRIPT = Path(__file__).resolve().with_name("bench_subject.py")
 
 
-def _run(code_dir: Path, bench_args: list[str]) -> dict:
-    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+class Subject:
+    """A ``bench_subject`` process: one tree's engine, loaded once."""
+
+    def __init__(self, name: str, code_dir: Path, bench_args: list[str]):
+        self.name = name
         env = dict(os.environ, PYTHONPATH=str(code_dir))
-        command = [sys.executable, "-m", "llm_byoc.bench.engine_bench", "--skip-baselines", *bench_args,
-                   "--json", out.name]
-        child = subprocess.run(command, env=env, capture_output=True, text=True, timeout=3600)
-        if child.returncode != 0:
-            raise SystemExit(f"{' '.join(command)} failed in {code_dir}:\n{child.stderr[-2000:]}")
-        engine = json.loads(Path(out.name).read_text())["engine"]
-    return {"tokens_per_s": engine["tokens_per_s"], "ttft_p50_s": statistics.median(engine["ttft_s"]),
-            "itl_p50_s": statistics.median(engine["itl_s"]), "errors": len(engine["errors"])}
+        self.command = [sys.executable, str(SUBJECT_SCRIPT), "--skip-baselines", *bench_args]
+        self._log = tempfile.TemporaryFile(mode="w+")
+        self._child = subprocess.Popen(self.command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                       stderr=self._log, text=True, cwd=str(code_dir.parent))
+        self._expect("READY")
+
+    def run(self, run_index: int) -> dict:
+        self._child.stdin.write(f"run {run_index}\n")
+        self._child.stdin.flush()
+        return json.loads(self._expect("RESULT "))
+
+    def close(self) -> None:
+        if self._child.poll() is None:
+            try:
+                self._child.stdin.write("quit\n")
+                self._child.stdin.close()
+                self._child.wait(timeout=60)
+            except (OSError, subprocess.TimeoutExpired):
+                self._child.kill()
+        self._log.close()
+
+    def _expect(self, prefix: str) -> str:
+        for line in self._child.stdout:
+            if line.startswith(prefix):
+                return line[len(prefix):]
+        self._log.seek(0)
+        raise SystemExit(f"{self.name}: {' '.join(self.command)} exited ({self._child.wait()}) before "
+                         f"{prefix.strip()}:\n{self._log.read()[-2000:]}")
 
 
 def round_order(names: list[str], round_index: int) -> list[str]:
@@ -68,18 +95,23 @@ def main(argv: list[str] | None = None) -> int:
     old = Path(tempfile.mkdtemp(prefix="llm_byoc_rev_"))
     subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(old), args.rev],
                    check=True, capture_output=True)
-    subjects = {"this tree": (REPO / "code", bench_args), args.rev: (old / "code", bench_args)}
+    bench_args = ["--model", model_or_default(None), *bench_args] if "--model" not in bench_args else bench_args
+    plans = {"this tree": (REPO / "code", bench_args), args.rev: (old / "code", bench_args)}
     for variant in args.variant:
         name, _, extra = variant.partition("=")
-        subjects[name] = (REPO / "code", bench_args + shlex.split(extra))
-    runs: dict[str, list[dict]] = {name: [] for name in subjects}
+        plans[name] = (REPO / "code", bench_args + shlex.split(extra))
+    runs: dict[str, list[dict]] = {name: [] for name in plans}
+    subjects: dict[str, Subject] = {}
     try:
+        for name, (code_dir, run_args) in plans.items():
+            subjects[name] = Subject(name, code_dir, run_args)
         for round_index in range(args.rounds):
             for name in round_order(list(subjects), round_index):
-                code_dir, run_args = subjects[name]
-                runs[name].append(_run(code_dir, run_args))
+                runs[name].append(subjects[name].run(round_index))
                 print(f"{name:<24} {runs[name][-1]}", flush=True)
     finally:
+        for subject in subjects.values():
+            subject.close()
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(old)], capture_output=True)
     medians = {name: {key: statistics.median(r[key] for r in rs) for key in rs[0]} for name, rs in runs.items()}
     per_round = round_ratios(runs, args.rev)

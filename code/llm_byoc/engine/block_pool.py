@@ -1,15 +1,21 @@
-"""The KV cache's blocks as the engine sees them: reference counts, a free queue, a prefix map.
+"""The KV cache's blocks as the engine sees them: reference counts, free lists, a prefix map.
 
 Pure Python: the model worker holds the tensors and only ever sees block ids.
 
 * Block 0 is the null block. It is never given to a sequence; the worker keeps
   it zero and points padding at it.
-* A block with no reference is *free*. The free queue is ordered least recently
-  used first; ``allocate`` takes from its front. A free block may still hold a
-  cached prefix (its hash is in the prefix map): it can be revived by a prefix
-  hit (``touch``) until ``allocate`` hands it out, which evicts it from the map.
-  So cached prefixes cost nothing until memory is needed, and are evicted least
-  recently used first.
+* A block with no reference is *free*, on one of two lists. A free block that
+  holds no cached prefix is reused first, the most recently freed first: its
+  memory is hot and, on CPU, its pages are committed, so a cache that shares
+  nothing (prefix caching off, or no prompt ever repeated) keeps cycling
+  through the same few blocks instead of walking the whole pool (which would
+  grow the worker's memory to the pool's size and touch cold memory every
+  step). A fresh pool hands out blocks 1, 2, 3, ... in order.
+* A free block that still holds a cached prefix (its hash is in the prefix
+  map) waits on the other list, least recently used first. It can be revived
+  by a prefix hit (``touch``) until ``allocate`` runs out of plain blocks and
+  hands it out, which evicts it from the map. So cached prefixes cost nothing
+  until memory is needed, and are evicted least recently used first.
 * Only a block whose every token's keys and values are computed gets a hash
   (``cache``), and a hashed block is never written again.
 """
@@ -36,7 +42,9 @@ class BlockPool:
         self.num_blocks = num_blocks
         self._blocks = [Block(i) for i in range(num_blocks)]
         self._blocks[NULL_BLOCK].ref_count = 1  # held forever
-        self._free: OrderedDict[int, Block] = OrderedDict((b.block_id, b) for b in self._blocks[1:])
+        # no cached prefix: a stack, popped from its end (block 1 on top in a fresh pool)
+        self._free_plain: OrderedDict[int, Block] = OrderedDict((b.block_id, b) for b in reversed(self._blocks[1:]))
+        self._free_cached: OrderedDict[int, Block] = OrderedDict()  # holding a prefix: least recently used first
         self._cached: dict[bytes, Block] = {}
 
     @property
@@ -46,7 +54,7 @@ class BlockPool:
     @property
     def num_free(self) -> int:
         """Blocks ``allocate`` can hand out (free ones holding a cached prefix included)."""
-        return len(self._free)
+        return len(self._free_plain) + len(self._free_cached)
 
     @property
     def num_cached(self) -> int:
@@ -59,12 +67,16 @@ class BlockPool:
         return self._cached.get(block_hash)
 
     def allocate(self, count: int) -> list[Block]:
-        """``count`` blocks, least recently used first; the caller checked ``num_free``."""
-        if count > len(self._free):
-            raise ValueError(f"{count} blocks asked for, {len(self._free)} free")
+        """``count`` blocks: plain ones (most recently freed first), then cached ones (least recently
+        used first, evicting their prefixes); the caller checked ``num_free``."""
+        if count > self.num_free:
+            raise ValueError(f"{count} blocks asked for, {self.num_free} free")
         taken = []
         for _ in range(count):
-            _, block = self._free.popitem(last=False)
+            if self._free_plain:
+                _, block = self._free_plain.popitem(last=True)
+            else:
+                _, block = self._free_cached.popitem(last=False)
             if block.block_hash is not None:  # evict the prefix it held
                 if self._cached.get(block.block_hash) is block:
                     del self._cached[block.block_hash]
@@ -74,15 +86,16 @@ class BlockPool:
         return taken
 
     def touch(self, blocks: list[Block]) -> None:
-        """Take one more reference on each (prefix hits): a free one leaves the free queue."""
+        """Take one more reference on each (prefix hits): a free one leaves its free list."""
         for block in blocks:
             if block.ref_count == 0:
-                del self._free[block.block_id]
+                free = self._free_cached if block.block_id in self._free_cached else self._free_plain
+                del free[block.block_id]
             block.ref_count += 1
 
     def free(self, blocks: list[Block]) -> None:
-        """Drop one reference on each, in the order given; unreferenced blocks join the
-        free queue's most recently used end. Give a sequence's blocks last first, so that its
+        """Drop one reference on each, in the order given; an unreferenced block joins the most
+        recently used end of its free list. Give a sequence's blocks last first, so that its
         tail (the least likely to be shared) is evicted before its prefix."""
         for block in blocks:
             if block.block_id == NULL_BLOCK:
@@ -91,7 +104,8 @@ class BlockPool:
                 raise ValueError(f"block {block.block_id} freed more often than taken")
             block.ref_count -= 1
             if block.ref_count == 0:
-                self._free[block.block_id] = block
+                free = self._free_plain if block.block_hash is None else self._free_cached
+                free[block.block_id] = block
 
     def cache(self, block: Block, block_hash: bytes) -> None:
         """Record that ``block`` holds the prefix ``block_hash`` (first holder wins)."""

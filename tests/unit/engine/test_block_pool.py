@@ -1,4 +1,4 @@
-"""BlockPool: reference counts, LRU free queue, prefix map and its eviction."""
+"""BlockPool: reference counts, the two free lists, prefix map and its eviction."""
 
 from __future__ import annotations
 
@@ -17,12 +17,27 @@ def test_the_null_block_is_never_handed_out():
         BlockPool(1)
 
 
-def test_freed_blocks_return_least_recently_used_first():
-    pool = BlockPool(5)
+def test_a_fresh_pool_hands_out_blocks_in_order_and_reuses_plain_blocks_most_recent_first():
+    pool = BlockPool(7)
     a, b, c, d = pool.allocate(4)
-    pool.free([c, a])  # c first: it is evicted first
+    assert [blk.block_id for blk in (a, b, c, d)] == [1, 2, 3, 4]
+    pool.free([c, a])
     pool.free([d])
-    assert [blk.block_id for blk in pool.allocate(3)] == [c.block_id, a.block_id, d.block_id]
+    # hot blocks first (d, then a, then c), before the never-used 5 and 6
+    assert [blk.block_id for blk in pool.allocate(5)] == [d.block_id, a.block_id, c.block_id, 5, 6]
+
+
+def test_cached_blocks_wait_until_no_plain_block_is_free_then_go_least_recently_used_first():
+    pool = BlockPool(6)
+    a, b, c, d = pool.allocate(4)
+    pool.cache(a, b"ha")
+    pool.cache(b, b"hb")
+    pool.free([b, a])  # b first: its prefix is evicted first
+    pool.free([c])
+    assert [blk.block_id for blk in pool.allocate(2)] == [c.block_id, 5]  # plain and never-used go first
+    assert pool.num_cached == 2 and pool.lookup(b"ha") is a
+    assert [blk.block_id for blk in pool.allocate(1)] == [b.block_id]  # then the least recently used prefix
+    assert pool.lookup(b"hb") is None and pool.lookup(b"ha") is a and pool.num_free == 1
 
 
 def test_shared_blocks_free_only_with_their_last_reference():
@@ -46,7 +61,9 @@ def test_a_cached_free_block_can_be_revived_until_it_is_reallocated():
     pool.touch([block])  # a prefix hit: out of the free queue again
     assert pool.num_free == 0 and block.ref_count == 1
     pool.free([block, other])
-    assert [b.block_id for b in pool.allocate(1)] == [block.block_id]  # LRU: the cached one goes first
+    assert [b.block_id for b in pool.allocate(1)] == [other.block_id]  # a plain block goes before the cached one
+    assert pool.lookup(b"h1") is block
+    assert [b.block_id for b in pool.allocate(1)] == [block.block_id]  # then it is evicted
     assert pool.lookup(b"h1") is None and pool.num_cached == 0 and block.block_hash is None
 
 

@@ -347,3 +347,40 @@ def test_a_context_the_cache_cannot_hold_is_refused_with_the_numbers():
         add(s, "long", 32)
     with pytest.raises(ValueError, match="KV cache holds 32 tokens, less than one sequence"):
         make(block_size=4, num_kv_blocks=9, max_model_len=64)
+
+
+def test_with_no_prefix_shared_prefix_caching_changes_no_step():
+    """W1's shape (distinct prompts, a closed loop: a new request when one finishes, blocks of finished
+    sequences reused): the worker is sent the very same steps on and off; only which blocks differ.
+    Off, freed blocks are reused at once (the fewest blocks ever touched); on, finished sequences'
+    blocks keep their prefixes while never-used blocks remain."""
+    from dataclasses import replace
+
+    def steps(prefix_caching: bool) -> tuple[list[StepBatch], int]:
+        s = make(max_num_seqs=4, max_batched_tokens=24, num_kv_blocks=33, block_size=4,
+                 prefix_caching=prefix_caching)
+        prompts = [[10 + (7 * j + 3 * i) % 80 for i in range(9 + j % 4)] for j in range(12)]
+        for j in range(4):
+            add(s, f"r{j}", 0, max_new_tokens=6 + j % 3, prompt=prompts[j])
+        sent, batches, peak = 4, [], 0
+        while (batch := s.schedule()) is not None:
+            batches.append(batch)
+            peak = max(peak, s.kv_stats().blocks_used)
+            for update in s.postprocess(reply(batch)):
+                if update.finish_reason is not None and sent < len(prompts):
+                    add(s, f"r{sent}", 0, max_new_tokens=6 + sent % 3, prompt=prompts[sent])
+                    sent += 1
+        assert sent == len(prompts)
+        return batches, peak
+
+    def block_ids(batches: list[StepBatch]) -> set[int]:
+        return {i for b in batches for c in b.chunks for i in c.block_ids}
+
+    def without_blocks(batches: list[StepBatch]) -> list[StepBatch]:
+        return [replace(b, chunks=[replace(c, block_ids=[]) for c in b.chunks]) for b in batches]
+
+    (on, _), (off, peak_off) = steps(True), steps(False)
+    assert len(on) > 20 and not any(b.preempted for b in on)
+    assert without_blocks(on) == without_blocks(off)
+    assert len(block_ids(off)) == peak_off < 32  # off: only as many blocks as were ever held at once
+    assert len(block_ids(on)) == 32  # on: the whole pool, finished prompts' blocks kept for later hits
