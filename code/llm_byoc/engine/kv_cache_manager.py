@@ -106,7 +106,7 @@ class KVCacheManager:
         """
         if seq.blocks:
             raise ValueError(f"sequence {seq.seq_id} already holds blocks")
-        revived = sum(1 for block in prefix if block.ref_count == 0)  # they leave the free queue
+        revived = sum(1 for block in prefix if block.ref_count == 0)  # they leave their free list
         fresh = self.blocks_for(num_tokens) - len(prefix)
         if fresh < 0:
             raise ValueError("the prefix covers more than the tokens asked for")

@@ -58,7 +58,7 @@ def test_a_cached_free_block_can_be_revived_until_it_is_reallocated():
     pool.cache(block, b"h1")
     pool.free([block])
     assert pool.lookup(b"h1") is block and pool.num_cached == 1
-    pool.touch([block])  # a prefix hit: out of the free queue again
+    pool.touch([block])  # a prefix hit: off its free list again
     assert pool.num_free == 0 and block.ref_count == 1
     pool.free([block, other])
     assert [b.block_id for b in pool.allocate(1)] == [other.block_id]  # a plain block goes before the cached one
