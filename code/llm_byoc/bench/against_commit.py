@@ -41,7 +41,7 @@ class Subject:
     def __init__(self, name: str, code_dir: Path, bench_args: list[str]):
         self.name = name
         env = dict(os.environ, PYTHONPATH=str(code_dir))
-        self.command = [sys.executable, str(SUBJECT_SCRIPT), "--skip-baselines", *bench_args]
+        self.command = [sys.executable, str(SUBJECT_SCRIPT), *bench_args]
         self._log = tempfile.TemporaryFile(mode="w+")
         self._child = subprocess.Popen(self.command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                        stderr=self._log, text=True, cwd=str(code_dir.parent))

@@ -89,8 +89,7 @@ class BlockPool:
         """Take one more reference on each (prefix hits): a free one leaves its free list."""
         for block in blocks:
             if block.ref_count == 0:
-                free = self._free_cached if block.block_id in self._free_cached else self._free_plain
-                del free[block.block_id]
+                del self._free_list(block)[block.block_id]
             block.ref_count += 1
 
     def free(self, blocks: list[Block]) -> None:
@@ -104,11 +103,17 @@ class BlockPool:
                 raise ValueError(f"block {block.block_id} freed more often than taken")
             block.ref_count -= 1
             if block.ref_count == 0:
-                free = self._free_plain if block.block_hash is None else self._free_cached
-                free[block.block_id] = block
+                self._free_list(block)[block.block_id] = block
+
+    def _free_list(self, block: Block) -> OrderedDict[int, Block]:
+        """The free list ``block`` is (or goes) on: a hash is only ever set on a held block."""
+        return self._free_plain if block.block_hash is None else self._free_cached
 
     def cache(self, block: Block, block_hash: bytes) -> None:
-        """Record that ``block`` holds the prefix ``block_hash`` (first holder wins)."""
+        """Record that ``block`` (held: a free one would sit on the wrong free list) holds the prefix
+        ``block_hash`` (first holder wins)."""
+        if block.ref_count == 0:
+            raise ValueError(f"block {block.block_id} is free: only a held block is cached")
         if block.block_hash is not None or block_hash in self._cached:
             return
         block.block_hash = block_hash

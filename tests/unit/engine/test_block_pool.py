@@ -73,3 +73,12 @@ def test_first_holder_of_a_hash_wins():
     pool.cache(a, b"same")
     pool.cache(b, b"same")
     assert pool.lookup(b"same") is a and b.block_hash is None
+
+
+def test_only_a_held_block_is_cached():
+    pool = BlockPool(3)
+    (block,) = pool.allocate(1)
+    pool.free([block])
+    with pytest.raises(ValueError, match="only a held block"):
+        pool.cache(block, b"h")
+    assert pool.num_cached == 0 and [b.block_id for b in pool.allocate(2)] == [block.block_id, 2]
