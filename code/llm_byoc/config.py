@@ -34,6 +34,7 @@ ENV_STEP_TIMEOUT = "LLM_BYOC_STEP_TIMEOUT"
 ENV_WORKER_NICE = "LLM_BYOC_WORKER_NICE"
 ENV_TRUST_REMOTE_CODE = "LLM_BYOC_TRUST_REMOTE_CODE"
 ENV_KV_CACHE_MEMORY = "LLM_BYOC_KV_CACHE_MEMORY"
+ENV_KV_CACHE_COMMIT = "LLM_BYOC_KV_CACHE_COMMIT"
 ENV_GPU_MEMORY_UTILIZATION = "LLM_BYOC_GPU_MEMORY_UTILIZATION"
 ENV_KV_BLOCK_SIZE = "LLM_BYOC_KV_BLOCK_SIZE"
 ENV_PREFIX_CACHING = "LLM_BYOC_PREFIX_CACHING"
@@ -136,6 +137,7 @@ class EngineConfig:
     step_timeout_s: int = 300  # a worker that does not finish one step in this long is hung: stop it; 0 = never
     trust_remote_code: bool = False
     kv_cache_memory: str = "auto"  # CPU: bytes ("2GiB") or a fraction of the container's memory; see worker/kv_sizing.py
+    kv_cache_commit: bool = True  # CPU: touch the whole pool at load (the memory is there, no page faults in steps); see worker/kv_cache.py
     gpu_memory_utilization: float = 0.90  # CUDA: the share of the GPU's memory weights + activations + KV may use
     kv_block_size: int = 16  # tokens per KV cache block
     enable_prefix_caching: bool = True
@@ -181,7 +183,8 @@ class EngineConfig:
             parse_memory_size(self.kv_cache_memory, 1, ENV_KV_CACHE_MEMORY)  # the form is checked here
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "EngineConfig":
+    def from_env(cls, env: Mapping[str, str] | None = None, commit_default: bool = True) -> "EngineConfig":
+        """``commit_default``: the KV pool's commit when ``LLM_BYOC_KV_CACHE_COMMIT`` is unset (multi-model: off)."""
         env = os.environ if env is None else env
         max_len = _int(env, ENV_MAX_MODEL_LEN, 0)
         return cls(
@@ -199,6 +202,7 @@ class EngineConfig:
             step_timeout_s=_int(env, ENV_STEP_TIMEOUT, 300),
             trust_remote_code=_bool(env, ENV_TRUST_REMOTE_CODE, False),
             kv_cache_memory=(env.get(ENV_KV_CACHE_MEMORY) or "auto").strip(),
+            kv_cache_commit=_bool(env, ENV_KV_CACHE_COMMIT, commit_default),
             gpu_memory_utilization=_float(env, ENV_GPU_MEMORY_UTILIZATION, 0.90),
             kv_block_size=_int(env, ENV_KV_BLOCK_SIZE, 16),
             enable_prefix_caching=_bool(env, ENV_PREFIX_CACHING, True),
@@ -335,7 +339,8 @@ class MultiModelConfig:
 
     model_root: str = DEFAULT_MODEL_ROOT  # every model path must stay under this folder
     memory_budget_bytes: int = 4 * 1024**3
-    engine: EngineConfig = field(default_factory=lambda: EngineConfig(max_num_seqs=8))
+    # a model's KV pool is committed as it is used: the manager measures each model as it grows
+    engine: EngineConfig = field(default_factory=lambda: EngineConfig(max_num_seqs=8, kv_cache_commit=False))
     backend: str = "native"  # native: a process per model; triton: Triton hosts the models
     start_method: str = "auto"  # model processes: forkserver (zygote), spawn; auto: spawn on CUDA
     triton: TritonConfig = field(default_factory=TritonConfig)
@@ -359,7 +364,7 @@ class MultiModelConfig:
         return cls(
             model_root=env.get(ENV_MODEL_ROOT) or DEFAULT_MODEL_ROOT,
             memory_budget_bytes=budget,
-            engine=EngineConfig.from_env(env),
+            engine=EngineConfig.from_env(env, commit_default=False),
             backend=(env.get(ENV_MULTI_MODEL_BACKEND) or "native").lower(),
             start_method=(env.get(ENV_WORKER_START) or "auto").lower(),
             triton=TritonConfig.from_env(env),

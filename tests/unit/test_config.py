@@ -82,6 +82,16 @@ def test_kv_cache_settings():
     assert custom.gpu_memory_utilization == 0.8
 
 
+def test_the_kv_pool_is_committed_at_load_except_in_multi_model_mode():
+    assert EngineConfig.from_env({}).kv_cache_commit
+    assert not EngineConfig.from_env({"LLM_BYOC_KV_CACHE_COMMIT": "false"}).kv_cache_commit
+    assert not MultiModelConfig.from_env({}).engine.kv_cache_commit  # models are measured as they grow
+    assert not MultiModelConfig().engine.kv_cache_commit
+    assert MultiModelConfig.from_env({"LLM_BYOC_KV_CACHE_COMMIT": "true"}).engine.kv_cache_commit
+    with pytest.raises(ConfigError, match="LLM_BYOC_KV_CACHE_COMMIT"):
+        EngineConfig.from_env({"LLM_BYOC_KV_CACHE_COMMIT": "maybe"})
+
+
 @pytest.mark.parametrize(
     "raw, expected",
     [("4GiB", 4 * 1024**3), ("512MB", 512 * 1000**2), ("0.5", 500), ("2000", 2000), ("1.5 kib", 1536)],

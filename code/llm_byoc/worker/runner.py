@@ -45,7 +45,7 @@ class _Sequence:
 
 
 class ModelRunner:
-    def __init__(self, loaded: LoadedModel, size: KVCacheSize, max_loras: int = 8):
+    def __init__(self, loaded: LoadedModel, size: KVCacheSize, max_loras: int = 8, commit_kv: bool = False):
         self.decoder = loaded.decoder
         self.device = loaded.device
         self.vocab_size = loaded.info.vocab_size
@@ -55,7 +55,7 @@ class ModelRunner:
         self.cascade = self.device.type in CASCADE_DEVICES  # chunks behind one cached prefix attend over it once
         self.cache = PagedKVCache(
             self.decoder.num_layers, size.num_blocks, size.block_size, self.decoder.num_kv_heads,
-            self.decoder.head_dim, loaded.dtype, loaded.device,
+            self.decoder.head_dim, loaded.dtype, loaded.device, commit=commit_kv,
         )
         base = BaseShapes(loaded.info.model_type, self.decoder.num_layers, self.decoder.lora_modules())
         self.adapters = AdapterStore(base, loaded.dtype)
@@ -77,7 +77,7 @@ class ModelRunner:
                              activation_peak=lambda: activation_peak(loaded, config))
         log.info("KV cache: %d blocks of %d tokens = %d tokens, %.2f GiB (%s)", size.num_blocks - 1,
                  size.block_size, (size.num_blocks - 1) * size.block_size, size.total_bytes / 1024**3, size.how)
-        return cls(loaded, size, config.max_loras)
+        return cls(loaded, size, config.max_loras, commit_kv=config.kv_cache_commit)
 
     @property
     def num_active(self) -> int:
