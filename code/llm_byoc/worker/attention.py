@@ -5,7 +5,9 @@ group gathers its rows' contexts from the pool into one dense batch (one row
 gather per layer: the pool is token-major, so the gathered keys are a
 ``[B, L, KVH, D]`` tensor that SDPA reads through a transposed view without
 another copy), and each prefill chunk gathers its cached prefix (a chunk at
-position 0 attends over its own keys, causally, gathering nothing).
+position 0 attends over its own keys, causally, gathering nothing). Gathers go
+into the cache's ``GatherScratch`` (worker/kv_cache.py), the same two warm
+buffers for every layer and step.
 
 Cascade attention (``SharedPrefix``, CPU): chunks that start after the same
 cached blocks attend in two parts, merged by their log-sum-exp: all their
