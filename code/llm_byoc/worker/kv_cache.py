@@ -13,9 +13,9 @@ single-model server): every page is written once, so the memory is the
 process's from the start and a step never takes a page fault on it. A pool
 left to ``torch.empty`` is only reserved; its pages are committed as blocks
 are first written, and a prefix cache walks through the whole pool before it
-reuses a block: on this project's VM, W1 (no sharing, caching on) ran at
-0.846x of the old slot cache with a lazy pool and 0.954x with a committed one
-(README, the KV cache benchmarks). And a host that overcommits could kill the
+reuses a block: on this project's VM, W1 (no sharing) with caching on ran at
+0.84x of caching off with a lazy pool, 0.96-0.99x with a committed one (README,
+the KV cache benchmarks). And a host that overcommits could kill the
 process in the middle of a step for memory it had been promised at load.
 vLLM, too, zeroes its KV tensors at load. The cost is paid once:
 writing the pages takes time at load (logged; on a VM whose host backs guest
@@ -87,8 +87,8 @@ class GatherScratch:
 
     A fresh tensor per gather (60 of ~1 MB in one 16-row decode step of SmolLM2) is memory the
     allocator returns to the system and takes back, page faults and cold cache lines each time; on
-    this project's VM that made the gathers of a W1 decode step several times slower than gathering
-    into the same warm buffer. The buffers keep the largest gather seen (the same peak as before,
+    this project's VM that made the gathers and attention of a 16-row decode step 1.5-2.5x slower than
+    gathering into the same warm buffers. The buffers keep the largest gather seen (the same peak as before,
     now held): rows x KV heads x head dim, twice.
     """
 
