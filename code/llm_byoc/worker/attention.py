@@ -5,9 +5,7 @@ group gathers its rows' contexts from the pool into one dense batch (one row
 gather per layer: the pool is token-major, so the gathered keys are a
 ``[B, L, KVH, D]`` tensor that SDPA reads through a transposed view without
 another copy), and each prefill chunk gathers its cached prefix (a chunk at
-position 0 attends over its own keys, causally, gathering nothing). Gathers go
-into the cache's ``GatherScratch`` (worker/kv_cache.py), the same two warm
-buffers for every layer and step.
+position 0 attends over its own keys, causally, gathering nothing).
 
 Cascade attention (``SharedPrefix``, CPU): chunks that start after the same
 cached blocks attend in two parts, merged by their log-sum-exp: all their
@@ -31,7 +29,6 @@ import torch
 import torch.nn.functional as F
 
 from .batch import DecodeGroup, PrefillSpan, SharedPrefix, StepInputs
-from .kv_cache import GatherScratch
 
 # Devices where build_step_inputs may form SharedPrefix groups: the parts need each other's
 # log-sum-exp, which torch's CPU flash-attention kernel returns.
@@ -46,48 +43,35 @@ def paged_attention(
     k_cache: torch.Tensor,  # [slots, KVH, D]
     v_cache: torch.Tensor,
     inputs: StepInputs,
-    scratch: GatherScratch | None = None,
 ) -> torch.Tensor:
-    """Write this step's keys/values into the cache, then attend. Returns [T, H, D].
-    ``scratch``: where gathers go (the cache's; None: a fresh tensor each)."""
+    """Write this step's keys/values into the cache, then attend. Returns [T, H, D]."""
     k_cache.index_copy_(0, inputs.slot_mapping, k)
     v_cache.index_copy_(0, inputs.slot_mapping, v)
     groups = inputs.decode_groups
     if len(groups) == 1 and not inputs.prefills and not inputs.shared_prefixes:
-        return _decode(q, k_cache, v_cache, groups[0], scratch)
+        return _decode(q, k_cache, v_cache, groups[0])
     out = torch.empty_like(q)
     for group in groups:
-        out[group.row_lo : group.row_hi] = _decode(q[group.row_lo : group.row_hi], k_cache, v_cache, group, scratch)
+        out[group.row_lo : group.row_hi] = _decode(q[group.row_lo : group.row_hi], k_cache, v_cache, group)
     for span in inputs.prefills:
         rows = slice(span.row, span.row + span.length)
-        out[rows] = _prefill(q[rows], k[rows], v[rows], k_cache, v_cache, span, scratch)
+        out[rows] = _prefill(q[rows], k[rows], v[rows], k_cache, v_cache, span)
     for shared in inputs.shared_prefixes:
-        out.index_copy_(0, shared.rows, _cascade(q, k, v, k_cache, v_cache, shared, scratch))
+        out.index_copy_(0, shared.rows, _cascade(q, k, v, k_cache, v_cache, shared))
     return out
 
 
-def _gather(
-    k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor, batch: int, length: int,
-    scratch: GatherScratch | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Keys and values of ``slots``, each [B, KVH, L, D]: a transposed view of one row gather."""
-    if scratch is None:
-        keys, values = k_cache.index_select(0, slots), v_cache.index_select(0, slots)
-    else:
-        keys, values = scratch.take(slots.numel())
-        torch.index_select(k_cache, 0, slots, out=keys)
-        torch.index_select(v_cache, 0, slots, out=values)
-    shape = (batch, length, *k_cache.shape[1:])
-    return keys.view(shape).transpose(1, 2), values.view(shape).transpose(1, 2)
+def _gather(cache: torch.Tensor, slots: torch.Tensor, batch: int, length: int) -> torch.Tensor:
+    """[B, KVH, L, D]: a transposed view of one row gather."""
+    return cache.index_select(0, slots).view(batch, length, *cache.shape[1:]).transpose(1, 2)
 
 
-def _decode(
-    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, group: DecodeGroup, scratch: GatherScratch | None,
-) -> torch.Tensor:
+def _decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, group: DecodeGroup) -> torch.Tensor:
     """q: [B, H, D], one query per sequence. Returns [B, H, D]."""
     batch, heads, dim = q.shape
     kv_heads = k_cache.shape[1]
-    keys, values = _gather(k_cache, v_cache, group.gather, batch, group.kv_len, scratch)  # [B, KVH, L, D]
+    keys = _gather(k_cache, group.gather, batch, group.kv_len)  # [B, KVH, L, D]
+    values = _gather(v_cache, group.gather, batch, group.kv_len)
     folded = q.view(batch, kv_heads, heads // kv_heads, dim)  # a KV head's query heads as its "length"
     out = F.scaled_dot_product_attention(folded, keys, values, attn_mask=group.mask)  # [B, KVH, group, D]
     return out.reshape(batch, heads, dim)
@@ -95,7 +79,7 @@ def _decode(
 
 def _prefill(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-    k_cache: torch.Tensor, v_cache: torch.Tensor, span: PrefillSpan, scratch: GatherScratch | None,
+    k_cache: torch.Tensor, v_cache: torch.Tensor, span: PrefillSpan,
 ) -> torch.Tensor:
     """q: [n, H, D], k/v: [n, KVH, D] for positions start..start+n-1 of one sequence. Returns [n, H, D]."""
     queries = q.transpose(0, 1)[None]  # [1, H, n, D]
@@ -104,21 +88,23 @@ def _prefill(
         out = F.scaled_dot_product_attention(queries, keys, values, is_causal=True, enable_gqa=True)
     else:
         kv_len = span.start + span.length
-        keys, values = _gather(k_cache, v_cache, span.gather, 1, kv_len, scratch)
+        keys = _gather(k_cache, span.gather, 1, kv_len)
+        values = _gather(v_cache, span.gather, 1, kv_len)
         out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=span.mask, enable_gqa=True)
     return out[0].transpose(0, 1)  # [n, H, D]
 
 
 def _cascade(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-    k_cache: torch.Tensor, v_cache: torch.Tensor, shared: SharedPrefix, scratch: GatherScratch | None,
+    k_cache: torch.Tensor, v_cache: torch.Tensor, shared: SharedPrefix,
 ) -> torch.Tensor:
     """The rows of ``shared``'s chunks, [sum of lengths, H, D]: over the shared prefix, then their own keys."""
     queries = q.index_select(0, shared.rows)  # [T, H, D]
     rows, heads, dim = queries.shape
     kv_heads = k_cache.shape[1]
     group = heads // kv_heads
-    keys, values = _gather(k_cache, v_cache, shared.gather, 1, shared.length, scratch)  # [1, KVH, P, D]
+    keys = _gather(k_cache, shared.gather, 1, shared.length)  # [1, KVH, P, D]
+    values = _gather(v_cache, shared.gather, 1, shared.length)
     # every query head of every row against its KV head: [1, KVH, group * T, D], rows (g, t)
     folded = queries.view(rows, kv_heads, group, dim).permute(1, 2, 0, 3).reshape(1, kv_heads, group * rows, dim)
     prefix_out, prefix_lse = _FLASH_CPU(folded, keys, values)[:2]  # [1, KVH, group*T, D], [1, KVH, group*T]

@@ -53,7 +53,6 @@ class PagedKVCache:
     ):
         self.num_blocks = num_blocks
         self.block_size = block_size
-        self.scratch = GatherScratch(kv_heads, head_dim, dtype, device)
         shape = (num_blocks * block_size, kv_heads, head_dim)
         try:
             self.k = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
@@ -79,27 +78,3 @@ class PagedKVCache:
     @property
     def num_slots(self) -> int:
         return self.num_blocks * self.block_size
-
-
-class GatherScratch:
-    """Where attention gathers a step's keys and values out of the pool: two grow-only buffers that
-    every layer of every step reuses (one layer's gathers are consumed before the next layer's).
-
-    A fresh tensor per gather (60 of ~1 MB in one 16-row decode step of SmolLM2) is memory the
-    allocator returns to the system and takes back, page faults and cold cache lines each time; on
-    this project's VM that made the gathers and attention of a 16-row decode step 1.5-2.5x slower than
-    gathering into the same warm buffers. The buffers keep the largest gather seen (the same peak as before,
-    now held): rows x KV heads x head dim, twice.
-    """
-
-    def __init__(self, kv_heads: int, head_dim: int, dtype: torch.dtype, device: torch.device):
-        self._k = torch.empty((0, kv_heads, head_dim), dtype=dtype, device=device)
-        self._v = self._k
-
-    def take(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Two contiguous ``[rows, KVH, D]`` views, for keys and for values."""
-        if rows > self._k.shape[0]:
-            size = max(rows, 2 * self._k.shape[0])
-            self._k = self._k.new_empty((size, *self._k.shape[1:]))
-            self._v = self._k.new_empty((size, *self._k.shape[1:]))
-        return self._k[:rows], self._v[:rows]

@@ -104,7 +104,7 @@ def test_chunks_behind_one_cached_document_match_generate_with_cascade_on_and_of
         pytest.skip("no cascade attention on this device")
     calls = []
     real = attention._cascade
-    monkeypatch.setattr(attention, "_cascade", lambda *a: calls.append(len(a[5].spans)) or real(*a))
+    monkeypatch.setattr(attention, "_cascade", lambda *a: calls.append(len(a[-1].spans)) or real(*a))
     monkeypatch.setattr(runner, "cascade", cascade)
     requests = _behind_one_document()
     result = drive(runner, requests, num_slots=4, token_budget=32, eos_token_ids=EOS)

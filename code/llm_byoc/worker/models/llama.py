@@ -106,14 +106,14 @@ class LlamaDecoder:
         h = F.embedding(inputs.token_ids, self.embed)  # [T, hidden]
         cos, sin = rope_tables(self.rotary, h, inputs.positions)  # [T, 1, D] each
         for index, layer in enumerate(self.layers):
-            h = self._layer(index, layer, h, cos, sin, cache.k[index], cache.v[index], cache.scratch, inputs, lora)
+            h = self._layer(index, layer, h, cos, sin, cache.k[index], cache.v[index], inputs, lora)
         return h
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """h: [S, hidden] -> [S, V] float32."""
         return self.lm_head(rms_norm(h, self.norm, self.eps)).float()
 
-    def _layer(self, index: int, layer: LlamaLayer, h, cos, sin, k_cache, v_cache, scratch, inputs, lora) -> torch.Tensor:
+    def _layer(self, index: int, layer: LlamaLayer, h, cos, sin, k_cache, v_cache, inputs, lora) -> torch.Tensor:
         """One decoder layer; ``lora`` (or None) adds adapter rows' low-rank products to each projection."""
         rows = h.shape[0]
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
@@ -125,7 +125,7 @@ class LlamaDecoder:
         qk = rotate(qk.view(rows, self.num_heads + self.num_kv_heads, self.head_dim), cos, sin)
         q, k = qk.split([self.num_heads, self.num_kv_heads], dim=1)  # [T, H, D], [T, KVH, D]
         v = v.view(rows, self.num_kv_heads, self.head_dim)
-        attn = paged_attention(q, k, v, k_cache, v_cache, inputs, scratch).reshape(rows, q_size)  # [T, H*D]
+        attn = paged_attention(q, k, v, k_cache, v_cache, inputs).reshape(rows, q_size)  # [T, H*D]
         out = layer.o(attn)
         if lora is not None:
             lora.add(out, attn, index, "o")

@@ -99,7 +99,7 @@ class OPTDecoder:
             h = self.project_in(h)  # [T, hidden]
         h = h + F.embedding(inputs.positions + POSITION_OFFSET, self.positions)
         for index, layer in enumerate(self.layers):
-            h = self._layer(layer, h, cache.k[index], cache.v[index], cache.scratch, inputs)
+            h = self._layer(layer, h, cache.k[index], cache.v[index], inputs)
         return h
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
@@ -110,12 +110,12 @@ class OPTDecoder:
             h = self.project_out(h)
         return self.lm_head(h).float()
 
-    def _layer(self, layer: OPTLayer, h, k_cache, v_cache, scratch, inputs) -> torch.Tensor:
+    def _layer(self, layer: OPTLayer, h, k_cache, v_cache, inputs) -> torch.Tensor:
         rows, hidden = h.shape
         x = layer.ln_attn(h) if self.pre_norm else h
         q, k, v = layer.qkv(x).split(hidden, dim=-1)
         shape = (rows, self.num_heads, self.head_dim)
-        attn = paged_attention(q.view(shape), k.view(shape), v.view(shape), k_cache, v_cache, inputs, scratch)
+        attn = paged_attention(q.view(shape), k.view(shape), v.view(shape), k_cache, v_cache, inputs)
         h = h + layer.out(attn.reshape(rows, hidden))  # [T, hidden]
         if not self.pre_norm:
             h = layer.ln_attn(h)
