@@ -25,16 +25,13 @@ def test_layout_is_token_major_blocks_with_a_zero_null_block():
 
 _MEASURE = """
 import os, sys, torch
+from llm_byoc.process.procfs import rss
 from llm_byoc.worker.kv_cache import PagedKVCache
 
-def resident():
-    with open(f"/proc/{os.getpid()}/statm") as handle:
-        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-before = resident()
+before = rss(os.getpid())
 cache = PagedKVCache(num_layers=2, num_blocks=1024, block_size=16, kv_heads=4, head_dim=64,
                      dtype=torch.float32, device=torch.device("cpu"), commit=sys.argv[1] == "commit")
-grown = resident() - before
+grown = rss(os.getpid()) - before
 assert all(bool((layer[:16] == 0).all()) for layer in cache.k + cache.v)  # the null block, either way
 print(grown)
 """
