@@ -6,11 +6,11 @@ Pure Python: the model worker holds the tensors and only ever sees block ids.
   it zero and points padding at it.
 * A block with no reference is *free*, on one of two lists. A free block that
   holds no cached prefix is reused first, the most recently freed first: its
-  memory is hot and, on CPU, its pages are committed, so a cache that shares
-  nothing (prefix caching off, or no prompt ever repeated) keeps cycling
-  through the same few blocks instead of walking the whole pool (which would
-  grow the worker's memory to the pool's size and touch cold memory every
-  step). A fresh pool hands out blocks 1, 2, 3, ... in order.
+  memory is hot, so a cache that shares nothing (prefix caching off, or no
+  prompt ever repeated) keeps cycling through the same few blocks instead of
+  walking the whole pool and touching cold memory every step (and, where the
+  worker leaves its pool lazily committed, as in multi-model mode, growing its
+  memory to the pool's size). A fresh pool hands out blocks 1, 2, 3, ... in order.
 * A free block that still holds a cached prefix (its hash is in the prefix
   map) waits on the other list, least recently used first. It can be revived
   by a prefix hit (``touch``) until ``allocate`` runs out of plain blocks and
