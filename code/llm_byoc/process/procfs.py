@@ -73,8 +73,8 @@ def rss(pid: int) -> int:
         return 0
 
 
-def footprint(pid: int) -> Footprint:
-    """RSS, PSS and USS of one process (smaps_rollup); zeros if it is gone."""
+def _smaps_rollup(pid: int) -> dict[str, int]:
+    """The byte counters of ``/proc/<pid>/smaps_rollup`` (empty if it is gone)."""
     fields = {}
     try:
         with open(f"/proc/{pid}/smaps_rollup") as handle:
@@ -83,6 +83,19 @@ def footprint(pid: int) -> Footprint:
                 if len(parts) >= 2 and parts[0].endswith(":") and parts[1].isdigit():
                     fields[parts[0][:-1]] = int(parts[1]) * 1024
     except OSError:
+        pass
+    return fields
+
+
+def huge_page_bytes(pid: int) -> int:
+    """Anonymous memory of one process mapped in transparent huge pages (2 MiB on x86-64)."""
+    return _smaps_rollup(pid).get("AnonHugePages", 0)
+
+
+def footprint(pid: int) -> Footprint:
+    """RSS, PSS and USS of one process (smaps_rollup); zeros if it is gone."""
+    fields = _smaps_rollup(pid)
+    if not fields:
         return Footprint()
     uss = fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0)
     return Footprint(rss=fields.get("Rss", 0), pss=fields.get("Pss", 0), uss=uss)

@@ -1,4 +1,4 @@
-"""The paged KV cache's storage: layout, the null block, committed or lazy memory, a failed allocation."""
+"""The paged KV cache's storage: layout, the null block, committed or lazy memory, huge pages, a failed allocation."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from llm_byoc.errors import ModelLoadError
-from llm_byoc.worker.kv_cache import NULL_SLOT, PagedKVCache
+from llm_byoc.worker.kv_cache import NULL_SLOT, PagedKVCache, advise_huge_pages
 
 
 def test_layout_is_token_major_blocks_with_a_zero_null_block():
@@ -50,6 +50,35 @@ def test_a_committed_pool_is_resident_from_the_start_a_lazy_one_is_not(commit):
         assert grown >= 0.9 * pool_bytes
     else:
         assert grown < 0.25 * pool_bytes  # only the null block's pages were written
+
+
+def _vm_flags(address: int) -> list[str]:
+    """The VmFlags of this process's mapping that holds ``address`` (``hg``: advised for huge pages)."""
+    inside = False
+    with open("/proc/self/smaps") as handle:
+        for line in handle:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(part, 16) for part in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and head == "VmFlags:":
+                return line.split()[1:]
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+@pytest.mark.skipif(not os.path.exists("/sys/kernel/mm/transparent_hugepage"), reason="no transparent huge pages")
+@pytest.mark.parametrize("commit", [True, False])
+def test_a_committed_pool_asks_for_huge_pages_a_lazy_one_does_not(commit):
+    # the advice, not the pages: whether the kernel finds free 2 MiB pages depends on the host
+    cache = PagedKVCache(num_layers=2, num_blocks=512, block_size=16, kv_heads=4, head_dim=64,  # 8 MiB per layer
+                         dtype=torch.float32, device=torch.device("cpu"), commit=commit)
+    for layer in cache.k + cache.v:
+        middle = layer.data_ptr() + layer.numel() * layer.element_size() // 2
+        assert ("hg" in _vm_flags(middle)) == commit
+
+
+def test_a_tensor_smaller_than_a_huge_page_is_not_advised():
+    assert advise_huge_pages(torch.empty(1024)) is False
 
 
 def test_an_allocation_that_cannot_be_made_is_a_load_error():
