@@ -10,13 +10,7 @@ written, and the slot every padded gather reads.
 
 On CPU the pool is committed at load (``commit``, the default of the
 single-model server): every page is written once, so the memory is the
-process's from the start and a step never takes a page fault on it. A
-committed pool first asks Linux for transparent huge pages (``madvise``
-``MADV_HUGEPAGE``, taken where ``/sys/kernel/mm/transparent_hugepage/enabled``
-is ``always`` or ``madvise``): a decode step gathers its rows' blocks from all
-over the pool, and with 4 KiB pages nearly every block is a TLB miss. Decode
-steps of 16 rows on SmolLM2-135M ran 2% faster (paired steps, README, the KV
-cache benchmarks); the zeroing at load is slower (3 GiB: 7 s against 1 s). A pool
+process's from the start and a step never takes a page fault on it. A pool
 left to ``torch.empty`` is only reserved; its pages are committed as blocks
 are first written, and a prefix cache walks through the whole pool before it
 reuses a block: on this project's VM, W1 (no sharing) with caching on ran at
@@ -27,6 +21,16 @@ vLLM, too, zeroes its KV tensors at load. The cost is paid once:
 writing the pages takes time at load (logged; on a VM whose host backs guest
 memory lazily, seconds per GiB). The multi-model mode leaves pools lazy: its
 model manager measures each model as it grows and evicts under the budget.
+
+A committed pool first asks Linux for transparent huge pages (``madvise``
+``MADV_HUGEPAGE``, taken where ``/sys/kernel/mm/transparent_hugepage/enabled``
+is ``always`` or ``madvise``): a decode step gathers its rows' blocks from all
+over the pool, and in 4 KiB pages nearly every block is a TLB miss. Decode
+steps of 16 rows on SmolLM2-135M ran 1-2% faster (``benchmarks/kv_huge_pages_ab.py``);
+the zeroing at load is slower (3 GiB on this project's VM: 7 s against 1 s).
+A lazy pool is not advised: its first touches, inside steps, would each zero
+(and may compact) 2 MiB.
+
 On CUDA the allocation itself commits. Nothing is ever resized, so a step
 cannot fail half-way through reallocating the cache.
 """
