@@ -3,7 +3,7 @@
     PYTHONPATH=code python benchmarks/kv_huge_pages_ab.py [--rounds 6] [--json OUT]
 
 Two model runners in one process, each with a committed 3 GiB pool: one as the
-worker makes it (huge pages asked for), one with the advice patched out. Each
+worker makes it (huge pages asked for), one with ``kv_cache_huge_pages=False``. Each
 round prefills 16 sequences of 32 tokens on both, their blocks drawn at random
 from the whole pool (as a prefix cache leaves them after a while), then runs 64
 decode steps, alternating between the two runners step by step, so that the
@@ -18,6 +18,7 @@ import json
 import random
 import statistics
 import time
+from dataclasses import replace
 
 import torch
 
@@ -25,20 +26,9 @@ from llm_byoc import cpu
 from llm_byoc.config import EngineConfig
 from llm_byoc.models.default_model import model_or_default
 from llm_byoc.protocol import NewSequence, SamplingParams, ScheduledChunk, StepBatch
-from llm_byoc.worker import kv_cache
 from llm_byoc.worker.runner import ModelRunner
 
 ROWS, CONTEXT, STEPS = 16, 32, 64
-
-
-def _runner(config: EngineConfig, huge_pages: bool) -> ModelRunner:
-    advise = kv_cache.advise_huge_pages
-    if not huge_pages:
-        kv_cache.advise_huge_pages = lambda tensor: False
-    try:
-        return ModelRunner.from_config(config)
-    finally:
-        kv_cache.advise_huge_pages = advise
 
 
 def main() -> None:
@@ -49,7 +39,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     config = EngineConfig(model=model_or_default(None), max_num_seqs=ROWS, kv_cache_memory="3GiB")
-    runners = {"4 KiB pages": _runner(config, False), "huge pages": _runner(config, True)}
+    runners = {"4 KiB pages": ModelRunner.from_config(replace(config, kv_cache_huge_pages=False)),
+               "huge pages": ModelRunner.from_config(config)}
     times: dict[str, list[float]] = {name: [] for name in runners}
     rng = random.Random(0)
     per_seq = (CONTEXT + STEPS) // 16 + 1

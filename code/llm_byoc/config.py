@@ -35,6 +35,7 @@ ENV_WORKER_NICE = "LLM_BYOC_WORKER_NICE"
 ENV_TRUST_REMOTE_CODE = "LLM_BYOC_TRUST_REMOTE_CODE"
 ENV_KV_CACHE_MEMORY = "LLM_BYOC_KV_CACHE_MEMORY"
 ENV_KV_CACHE_COMMIT = "LLM_BYOC_KV_CACHE_COMMIT"
+ENV_KV_CACHE_HUGE_PAGES = "LLM_BYOC_KV_CACHE_HUGE_PAGES"
 ENV_GPU_MEMORY_UTILIZATION = "LLM_BYOC_GPU_MEMORY_UTILIZATION"
 ENV_KV_BLOCK_SIZE = "LLM_BYOC_KV_BLOCK_SIZE"
 ENV_PREFIX_CACHING = "LLM_BYOC_PREFIX_CACHING"
@@ -138,6 +139,7 @@ class EngineConfig:
     trust_remote_code: bool = False
     kv_cache_memory: str = "auto"  # CPU: bytes ("2GiB") or a fraction of the container's memory; see worker/kv_sizing.py
     kv_cache_commit: bool = True  # CPU: touch the whole pool at load (the memory is there, no page faults in steps); see worker/kv_cache.py
+    kv_cache_huge_pages: bool = True  # CPU, a committed pool: in transparent huge pages (faster decode, slower load)
     gpu_memory_utilization: float = 0.90  # CUDA: the share of the GPU's memory weights + activations + KV may use
     kv_block_size: int = 16  # tokens per KV cache block
     enable_prefix_caching: bool = True
@@ -203,6 +205,7 @@ class EngineConfig:
             trust_remote_code=_bool(env, ENV_TRUST_REMOTE_CODE, False),
             kv_cache_memory=(env.get(ENV_KV_CACHE_MEMORY) or "auto").strip(),
             kv_cache_commit=_bool(env, ENV_KV_CACHE_COMMIT, commit_default),
+            kv_cache_huge_pages=_bool(env, ENV_KV_CACHE_HUGE_PAGES, True),
             gpu_memory_utilization=_float(env, ENV_GPU_MEMORY_UTILIZATION, 0.90),
             kv_block_size=_int(env, ENV_KV_BLOCK_SIZE, 16),
             enable_prefix_caching=_bool(env, ENV_PREFIX_CACHING, True),

@@ -90,6 +90,8 @@ def test_the_kv_pool_is_committed_at_load_except_in_multi_model_mode():
     assert MultiModelConfig.from_env({"LLM_BYOC_KV_CACHE_COMMIT": "true"}).engine.kv_cache_commit
     with pytest.raises(ConfigError, match="LLM_BYOC_KV_CACHE_COMMIT"):
         EngineConfig.from_env({"LLM_BYOC_KV_CACHE_COMMIT": "maybe"})
+    assert EngineConfig.from_env({}).kv_cache_huge_pages
+    assert not EngineConfig.from_env({"LLM_BYOC_KV_CACHE_HUGE_PAGES": "false"}).kv_cache_huge_pages
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,8 @@ A committed pool first asks Linux for transparent huge pages (``madvise``
 is ``always`` or ``madvise``): a decode step gathers its rows' blocks from all
 over the pool, and in 4 KiB pages nearly every block is a TLB miss. Decode
 steps of 16 rows on SmolLM2-135M ran 1-2% faster (``benchmarks/kv_huge_pages_ab.py``);
-the zeroing at load is slower (3 GiB on this project's VM: 7 s against 1 s).
+the zeroing at load is slower (3 GiB on this project's VM: 7 s against 1 s;
+``huge_pages=False``, ``LLM_BYOC_KV_CACHE_HUGE_PAGES=false``, keeps 4 KiB pages).
 A lazy pool is not advised: its first touches, inside steps, would each zero
 (and may compact) 2 MiB.
 
@@ -47,7 +48,7 @@ from pathlib import Path
 
 import torch
 
-from ..config import ENV_KV_CACHE_COMMIT
+from ..config import ENV_KV_CACHE_COMMIT, ENV_KV_CACHE_HUGE_PAGES
 from ..errors import ModelLoadError
 from ..process.procfs import huge_page_bytes
 
@@ -66,6 +67,7 @@ class PagedKVCache:
         dtype: torch.dtype,
         device: torch.device,
         commit: bool = False,
+        huge_pages: bool = True,  # a committed pool on CPU: ask for transparent huge pages first
     ):
         self.num_blocks = num_blocks
         self.block_size = block_size
@@ -77,22 +79,24 @@ class PagedKVCache:
             self.k = self.v = []
             raise ModelLoadError(f"cannot allocate the KV cache ({num_blocks} blocks of {block_size}): {exc}") from None
         if commit and device.type == "cpu":
-            self._commit()
+            self._commit(huge_pages)
         else:
             for layer in self.k + self.v:
                 layer[:block_size].zero_()  # the null block
 
-    def _commit(self) -> None:
+    def _commit(self, huge_pages: bool) -> None:
         """Write every page of the pool once (zeros: the null block's contents, and harmless elsewhere),
-        in huge pages where the kernel offers them."""
+        in huge pages where asked and the kernel offers them."""
         total = sum(layer.numel() * layer.element_size() for layer in self.k + self.v)
         log.info("KV cache: committing %.2f GiB (%s=false leaves it lazy)", total / 1024**3, ENV_KV_CACHE_COMMIT)
         started, huge_before = time.perf_counter(), huge_page_bytes(os.getpid())
         for layer in self.k + self.v:
-            advise_huge_pages(layer)
+            if huge_pages:
+                advise_huge_pages(layer)
             layer.zero_()
-        log.info("KV cache: committed in %.1f s, %.2f GiB of it in transparent huge pages",
-                 time.perf_counter() - started, (huge_page_bytes(os.getpid()) - huge_before) / 1024**3)
+        log.info("KV cache: committed in %.1f s, %.2f GiB of it in transparent huge pages (%s=false: none)",
+                 time.perf_counter() - started, (huge_page_bytes(os.getpid()) - huge_before) / 1024**3,
+                 ENV_KV_CACHE_HUGE_PAGES)
 
     @property
     def num_slots(self) -> int:

@@ -45,7 +45,8 @@ class _Sequence:
 
 
 class ModelRunner:
-    def __init__(self, loaded: LoadedModel, size: KVCacheSize, max_loras: int = 8, commit_kv: bool = False):
+    def __init__(self, loaded: LoadedModel, size: KVCacheSize, max_loras: int = 8, commit_kv: bool = False,
+                 huge_pages: bool = True):
         self.decoder = loaded.decoder
         self.device = loaded.device
         self.vocab_size = loaded.info.vocab_size
@@ -55,7 +56,7 @@ class ModelRunner:
         self.cascade = self.device.type in CASCADE_DEVICES  # chunks behind one cached prefix attend over it once
         self.cache = PagedKVCache(
             self.decoder.num_layers, size.num_blocks, size.block_size, self.decoder.num_kv_heads,
-            self.decoder.head_dim, loaded.dtype, loaded.device, commit=commit_kv,
+            self.decoder.head_dim, loaded.dtype, loaded.device, commit=commit_kv, huge_pages=huge_pages,
         )
         base = BaseShapes(loaded.info.model_type, self.decoder.num_layers, self.decoder.lora_modules())
         self.adapters = AdapterStore(base, loaded.dtype)
@@ -77,7 +78,8 @@ class ModelRunner:
                              activation_peak=lambda: activation_peak(loaded, config))
         log.info("KV cache: %d blocks of %d tokens = %d tokens, %.2f GiB (%s)", size.num_blocks - 1,
                  size.block_size, (size.num_blocks - 1) * size.block_size, size.total_bytes / 1024**3, size.how)
-        return cls(loaded, size, config.max_loras, commit_kv=config.kv_cache_commit)
+        return cls(loaded, size, config.max_loras, commit_kv=config.kv_cache_commit,
+                   huge_pages=config.kv_cache_huge_pages)
 
     @property
     def num_active(self) -> int:

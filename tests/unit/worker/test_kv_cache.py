@@ -70,21 +70,21 @@ def vm_flags(address):
 
 
 cache = PagedKVCache(num_layers=2, num_blocks=512, block_size=16, kv_heads=4, head_dim=64,  # 8 MiB per layer
-                     dtype=torch.float32, device=torch.device("cpu"), commit=sys.argv[1] == "commit")
+                     dtype=torch.float32, device=torch.device("cpu"), commit=sys.argv[1] != "lazy",
+                     huge_pages=sys.argv[1] != "commit-4k")
 print(" ".join(str("hg" in vm_flags(t.data_ptr() + t.numel() * t.element_size() // 2)) for t in cache.k + cache.v))
 """
 
 
 @pytest.mark.skipif(not os.path.exists("/sys/kernel/mm/transparent_hugepage"), reason="no transparent huge pages")
-@pytest.mark.parametrize("commit", [True, False])
-def test_a_committed_pool_asks_for_huge_pages_a_lazy_one_does_not(commit):
+@pytest.mark.parametrize("pool, advised", [("commit", True), ("lazy", False), ("commit-4k", False)])
+def test_a_committed_pool_asks_for_huge_pages_unless_told_not_to_a_lazy_one_never(pool, advised):
     # the advice (VmFlags "hg"), not the pages: whether the kernel finds free 2 MiB pages depends on the host;
     # in a fresh process: freed heap memory keeps the advice of an earlier tensor
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    result = subprocess.run([sys.executable, "-c", _ADVISED, "commit" if commit else "lazy"],
-                            capture_output=True, text=True, env=env, timeout=120)
+    result = subprocess.run([sys.executable, "-c", _ADVISED, pool], capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == [str(commit)] * 4
+    assert result.stdout.split() == [str(advised)] * 4
 
 
 def test_a_tensor_smaller_than_a_huge_page_is_not_advised():
