@@ -37,15 +37,20 @@ print(grown)
 """
 
 
+def _in_a_fresh_process(script: str, argument: str) -> str:
+    """``script``'s output, run with ``argument`` in a new interpreter: a long-lived one may hand a pool memory
+    that earlier tests made resident, or advised."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    result = subprocess.run([sys.executable, "-c", script, argument], capture_output=True, text=True, env=env,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
 @pytest.mark.parametrize("commit", [True, False])
 def test_a_committed_pool_is_resident_from_the_start_a_lazy_one_is_not(commit):
-    # in a fresh process: a long-lived one may hand the pool memory that earlier tests made resident
     pool_bytes = 2 * 2 * 1024 * 16 * 4 * 64 * 4  # 2 layers x k/v x 1024 blocks x 16 tokens x 4 heads x 64 x fp32
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    result = subprocess.run([sys.executable, "-c", _MEASURE, "commit" if commit else "lazy"],
-                            capture_output=True, text=True, env=env, timeout=120)
-    assert result.returncode == 0, result.stderr
-    grown = int(result.stdout.split()[-1])
+    grown = int(_in_a_fresh_process(_MEASURE, "commit" if commit else "lazy").split()[-1])
     if commit:
         assert grown >= 0.9 * pool_bytes
     else:
@@ -79,12 +84,8 @@ print(" ".join(str("hg" in vm_flags(t.data_ptr() + t.numel() * t.element_size() 
 @pytest.mark.skipif(not os.path.exists("/sys/kernel/mm/transparent_hugepage"), reason="no transparent huge pages")
 @pytest.mark.parametrize("pool, advised", [("commit", True), ("lazy", False), ("commit-4k", False)])
 def test_a_committed_pool_asks_for_huge_pages_unless_told_not_to_a_lazy_one_never(pool, advised):
-    # the advice (VmFlags "hg"), not the pages: whether the kernel finds free 2 MiB pages depends on the host;
-    # in a fresh process: freed heap memory keeps the advice of an earlier tensor
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    result = subprocess.run([sys.executable, "-c", _ADVISED, pool], capture_output=True, text=True, env=env, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == [str(advised)] * 4
+    # the advice (VmFlags "hg"), not the pages: whether the kernel finds free 2 MiB pages depends on the host
+    assert _in_a_fresh_process(_ADVISED, pool).split() == [str(advised)] * 4
 
 
 def test_a_tensor_smaller_than_a_huge_page_is_not_advised():
