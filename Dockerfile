@@ -39,7 +39,19 @@ RUN if [ "$DEVICE" = cuda ]; then \
       && python -c "import sys, torch; sys.exit(None if torch.version.cuda else f'DEVICE=cuda, but torch {torch.__version__} has no CUDA: set TORCH_INDEX_URL to a CUDA wheel index')"; \
     else \
       pip install --no-cache-dir ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==${TORCH_VERSION}"; \
+    fi \
+ && if [ "$DEVICE" != cuda ]; then \
+      TORCH_DIR=$(python -c "import os, torch; print(os.path.dirname(torch.__file__))") \
+      && rm -rf "$TORCH_DIR/test" "$TORCH_DIR/include" \
+                "$TORCH_DIR"/lib/libjitbackend_test.so "$TORCH_DIR"/lib/libtorchbind_test.so \
+                "$TORCH_DIR"/lib/libbackend_with_compiler.so \
+      && find "$TORCH_DIR/bin" -mindepth 1 -maxdepth 1 ! -name torch_shm_manager -exec rm -rf {} + \
+      && python -c "import torch; torch.ones(2) @ torch.ones(2)"; \
     fi
+# ^ CPU image: what serving never loads: C++ test binaries (torch/test, torch/bin but
+#   torch_shm_manager, which `import torch` looks for), C++ headers for building extensions
+#   (torch/include) and test libraries: ~195 MB of the CPU wheel; the last line proves torch still
+#   imports and computes. The GPU image keeps them (torch.compile's code generation needs the headers).
 
 # The package alone (no dev/test extras), from a throwaway copy of the source.
 COPY pyproject.toml /tmp/llm-byoc/pyproject.toml
@@ -69,14 +81,18 @@ ENV LLM_BYOC_DEVICE=${DEVICE} \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
 
 COPY container/serve /usr/local/bin/serve
-# `serve` runs as an unprivileged user: the engine socket's key then guards
-# against other users, and nothing a model or a request could reach runs as
-# root. /opt/ml/model (SageMaker's model.tar.gz, or a `docker run -v` mount)
-# only needs to be readable by it; its home holds the caches.
+# The image starts as root, and `serve` gives root up before it starts anything:
+# it becomes the unprivileged llmbyoc (uid/gid 10001) when that user can read
+# every file it must serve, so the engine, its model worker and gunicorn run
+# unprivileged. SageMaker extracts model.tar.gz as root keeping its modes, and
+# some checkpoint writers leave model.safetensors 0600: such a model is served
+# too, as root, with one log line naming the file and how to pack it instead
+# (llm_byoc/process/privileges.py). With `docker run --user 10001` or
+# Kubernetes' runAsUser everything runs as that user from the start, and the
+# files must be readable by it. Its home holds the caches.
 RUN chmod 0755 /usr/local/bin/serve \
  && useradd --system --uid 10001 --user-group --create-home --home-dir /home/llmbyoc --shell /usr/sbin/nologin llmbyoc \
  && mkdir -p /opt/ml/model /opt/ml/models
-USER 10001:10001
 ENV HOME=/home/llmbyoc
 
 EXPOSE 8080

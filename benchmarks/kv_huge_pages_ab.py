@@ -38,7 +38,7 @@ def main() -> None:
     parser.add_argument("--json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    config = EngineConfig(model=model_or_default(None), max_num_seqs=ROWS, kv_cache_memory="3GiB")
+    config = EngineConfig(model=model_or_default(None), max_num_seqs=ROWS, kv_cache_memory="3GiB", kv_cache_commit="load")
     runners = {"4 KiB pages": ModelRunner.from_config(replace(config, kv_cache_huge_pages=False)),
                "huge pages": ModelRunner.from_config(config)}
     times: dict[str, list[float]] = {name: [] for name in runners}

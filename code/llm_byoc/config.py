@@ -43,6 +43,7 @@ ENV_MAX_LORAS = "LLM_BYOC_MAX_LORAS"
 ENV_MAX_CPU_LORAS = "LLM_BYOC_MAX_CPU_LORAS"
 ENV_MAX_LORA_RANK = "LLM_BYOC_MAX_LORA_RANK"
 ENV_ADAPTERS_DIR = "LLM_BYOC_ADAPTERS_DIR"
+ENV_ADAPTERS_OPTIONAL = "LLM_BYOC_ADAPTERS_OPTIONAL"
 ENV_ADAPTER_ROOTS = "LLM_BYOC_ADAPTER_ROOTS"
 ENV_SESSION_KV_SHARE = "LLM_BYOC_SESSION_KV_SHARE"
 ENV_SESSION_TTL = "LLM_BYOC_SESSION_TTL"
@@ -115,6 +116,17 @@ def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     raise ConfigError(f"{name}={raw!r} is not a boolean (true/false)")
 
 
+KV_COMMIT_MODES = ("ahead", "load", "lazy")
+
+
+def _kv_commit(value: str | None, default: str) -> str:
+    """``LLM_BYOC_KV_CACHE_COMMIT``: a mode, or the booleans it took before ``ahead`` (true: load, false: lazy)."""
+    value = (value or "").strip().lower()
+    if not value:
+        return default
+    return {"true": "load", "1": "load", "yes": "load", "false": "lazy", "0": "lazy", "no": "lazy"}.get(value, value)
+
+
 def _require(condition: bool, message: str) -> None:
     if not condition:
         raise ConfigError(message)
@@ -138,7 +150,7 @@ class EngineConfig:
     step_timeout_s: int = 300  # a worker that does not finish one step in this long is hung: stop it; 0 = never
     trust_remote_code: bool = False
     kv_cache_memory: str = "auto"  # CPU: bytes ("2GiB") or a fraction of the container's memory; see worker/kv_sizing.py
-    kv_cache_commit: bool = True  # CPU: touch the whole pool at load (the memory is there, no page faults in steps); see worker/kv_cache.py
+    kv_cache_commit: str = "ahead"  # CPU: when the pool's pages are written: ahead of use in the background, at load, or lazy (first use in a step); see worker/kv_cache.py
     kv_cache_huge_pages: bool = True  # CPU, a committed pool: in transparent huge pages (faster decode, slower load)
     gpu_memory_utilization: float = 0.90  # CUDA: the share of the GPU's memory weights + activations + KV may use
     kv_block_size: int = 16  # tokens per KV cache block
@@ -147,6 +159,7 @@ class EngineConfig:
     max_cpu_loras: int = 32  # adapters kept loaded in the worker's memory (least recently used go)
     max_lora_rank: int = 64
     adapters_dir: str = DEFAULT_ADAPTERS_DIR  # every <name>/ folder here is registered at start-up
+    adapters_optional: bool = False  # False: an adapter folder there that cannot be registered fails the start
     adapter_roots: tuple[str, ...] = DEFAULT_ADAPTER_ROOTS  # a registered adapter's src must lie under one
     session_kv_share: float = 0.5  # of the KV cache, at most, kept for open sessions' prefixes
     session_ttl_s: int = 1200  # a session idle this long is closed (SageMaker's default)
@@ -181,12 +194,15 @@ class EngineConfig:
         _require(bool(self.adapter_roots), f"{ENV_ADAPTER_ROOTS} must name at least one folder")
         _require(0 <= self.session_kv_share <= 1, f"{ENV_SESSION_KV_SHARE} must be from 0 to 1")
         _require(self.session_ttl_s >= 1, f"{ENV_SESSION_TTL} must be >= 1 (seconds)")
+        _require(self.kv_cache_commit in KV_COMMIT_MODES,
+                 f"{ENV_KV_CACHE_COMMIT} must be one of {', '.join(KV_COMMIT_MODES)} (or true/false), "
+                 f"not {self.kv_cache_commit!r}")
         if self.kv_cache_memory != "auto":
             parse_memory_size(self.kv_cache_memory, 1, ENV_KV_CACHE_MEMORY)  # the form is checked here
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, commit_default: bool = True) -> "EngineConfig":
-        """``commit_default``: the KV pool's commit when ``LLM_BYOC_KV_CACHE_COMMIT`` is unset (multi-model: off)."""
+    def from_env(cls, env: Mapping[str, str] | None = None, commit_default: str = "ahead") -> "EngineConfig":
+        """``commit_default``: the KV pool's commit when ``LLM_BYOC_KV_CACHE_COMMIT`` is unset (multi-model: lazy)."""
         env = os.environ if env is None else env
         max_len = _int(env, ENV_MAX_MODEL_LEN, 0)
         return cls(
@@ -204,7 +220,7 @@ class EngineConfig:
             step_timeout_s=_int(env, ENV_STEP_TIMEOUT, 300),
             trust_remote_code=_bool(env, ENV_TRUST_REMOTE_CODE, False),
             kv_cache_memory=(env.get(ENV_KV_CACHE_MEMORY) or "auto").strip(),
-            kv_cache_commit=_bool(env, ENV_KV_CACHE_COMMIT, commit_default),
+            kv_cache_commit=_kv_commit(env.get(ENV_KV_CACHE_COMMIT), commit_default),
             kv_cache_huge_pages=_bool(env, ENV_KV_CACHE_HUGE_PAGES, True),
             gpu_memory_utilization=_float(env, ENV_GPU_MEMORY_UTILIZATION, 0.90),
             kv_block_size=_int(env, ENV_KV_BLOCK_SIZE, 16),
@@ -213,6 +229,7 @@ class EngineConfig:
             max_cpu_loras=_int(env, ENV_MAX_CPU_LORAS, max(32, _int(env, ENV_MAX_LORAS, 8))),
             max_lora_rank=_int(env, ENV_MAX_LORA_RANK, 64),
             adapters_dir=env.get(ENV_ADAPTERS_DIR) or DEFAULT_ADAPTERS_DIR,
+            adapters_optional=_bool(env, ENV_ADAPTERS_OPTIONAL, False),
             adapter_roots=tuple(p for p in (env.get(ENV_ADAPTER_ROOTS) or ":".join(DEFAULT_ADAPTER_ROOTS)).split(":") if p),
             session_kv_share=_float(env, ENV_SESSION_KV_SHARE, 0.5),
             session_ttl_s=_int(env, ENV_SESSION_TTL, 1200),
@@ -343,7 +360,7 @@ class MultiModelConfig:
     model_root: str = DEFAULT_MODEL_ROOT  # every model path must stay under this folder
     memory_budget_bytes: int = 4 * 1024**3
     # a model's KV pool is committed as it is used: the manager measures each model as it grows
-    engine: EngineConfig = field(default_factory=lambda: EngineConfig(max_num_seqs=8, kv_cache_commit=False))
+    engine: EngineConfig = field(default_factory=lambda: EngineConfig(max_num_seqs=8, kv_cache_commit="lazy"))
     backend: str = "native"  # native: a process per model; triton: Triton hosts the models
     start_method: str = "auto"  # model processes: forkserver (zygote), spawn; auto: spawn on CUDA
     triton: TritonConfig = field(default_factory=TritonConfig)
@@ -367,7 +384,7 @@ class MultiModelConfig:
         return cls(
             model_root=env.get(ENV_MODEL_ROOT) or DEFAULT_MODEL_ROOT,
             memory_budget_bytes=budget,
-            engine=EngineConfig.from_env(env, commit_default=False),
+            engine=EngineConfig.from_env(env, commit_default="lazy"),
             backend=(env.get(ENV_MULTI_MODEL_BACKEND) or "native").lower(),
             start_method=(env.get(ENV_WORKER_START) or "auto").lower(),
             triton=TritonConfig.from_env(env),

@@ -1,8 +1,11 @@
 """LoRA adapters through the engine (real worker process): registration, selection, errors,
-start-up folders, a file that fails to load; every output equals PEFT's."""
+start-up folders (one that cannot be registered fails the start unless optional), a file that
+fails to load; every output equals PEFT's."""
 
 from __future__ import annotations
 
+import dataclasses
+import shutil
 import threading
 
 import pytest
@@ -10,7 +13,7 @@ import pytest
 from fixtures.adapters import make_adapter, peft_greedy
 from llm_byoc.config import EngineConfig
 from llm_byoc.engine.llm_engine import LLMEngine
-from llm_byoc.errors import AdapterExists, AdapterNotFound, InvalidRequest, ModelLoadError, ServingError
+from llm_byoc.errors import AdapterExists, AdapterNotFound, EngineDead, InvalidRequest, ModelLoadError, ServingError
 from llm_byoc.protocol import SamplingParams
 
 pytestmark = pytest.mark.slow
@@ -103,6 +106,31 @@ def test_an_adapter_whose_weights_fail_to_load_fails_only_its_requests(engine, r
     other.join(60)
     assert [a.state for a in engine.list_adapters() if a.name == "broken"] == ["failed"]
     assert engine.generate(["still serving"], SamplingParams(max_new_tokens=3), timeout_s=60)[0].completion_tokens == 3
+
+
+def test_a_start_up_adapter_that_cannot_be_registered_fails_the_start_unless_optional(tiny_llama_dir, root, tmp_path):
+    startup = tmp_path / "adapters"
+    shutil.copytree(root / "model" / "adapters" / "boot", startup / "good")
+    (startup / "broken").mkdir()
+    (startup / "broken" / "adapter_config.json").write_text("{not json")
+    config = EngineConfig(model=str(tiny_llama_dir), device="cpu", num_threads=1, max_num_seqs=2,
+                          max_batched_tokens=32, adapters_dir=str(startup), adapter_roots=(str(tmp_path),))
+    engine = LLMEngine.start(config)
+    try:
+        with pytest.raises(EngineDead) as failed:
+            engine.wait_ready(120)
+        assert "broken" in str(failed.value) and "adapter_config.json is not valid JSON" in str(failed.value)
+        assert "LLM_BYOC_ADAPTERS_OPTIONAL=true" in str(failed.value)
+    finally:
+        engine.shutdown()
+    engine = LLMEngine.start(dataclasses.replace(config, adapters_optional=True))
+    try:
+        engine.wait_ready(120)
+        assert [a.name for a in engine.list_adapters()] == ["good"]
+        out = engine.generate(["hi"], SamplingParams(max_new_tokens=3), timeout_s=60, adapter="good")[0]
+        assert out.completion_tokens >= 1
+    finally:
+        engine.shutdown()
 
 
 def test_unregister_then_register_again(engine, root):

@@ -145,6 +145,28 @@ def test_engine_death_fails_ping_and_serve_exits_non_zero(tiny_llama_dir, tmp_pa
         server.stop()
 
 
+def test_a_start_up_adapter_that_cannot_be_registered_fails_serve_with_the_reason(tiny_llama_dir, tmp_path):
+    broken = tmp_path / "adapters" / "broken"
+    broken.mkdir(parents=True)
+    (broken / "adapter_config.json").write_text('{"peft_type": "PREFIX_TUNING"}')
+    server = Server(tiny_llama_dir, tmp_path / "serve.log", LLM_BYOC_ADAPTERS_DIR=str(broken.parent))
+    try:
+        statuses = set()
+        deadline = time.monotonic() + STARTUP_S
+        while server.proc.poll() is None and time.monotonic() < deadline:
+            try:
+                statuses.add(requests.get(f"{server.url}/ping", timeout=2).status_code)
+            except requests.ConnectionError:
+                statuses.add("refused")
+            time.sleep(0.2)
+        assert server.proc.wait(60) == 1, server.log()
+        assert 200 not in statuses
+        log = server.log()
+        assert "broken" in log and "peft_type must be LORA" in log and "LLM_BYOC_ADAPTERS_OPTIONAL=true" in log, log
+    finally:
+        server.stop()
+
+
 def test_multi_model_mode_runs_without_an_engine(tmp_path):
     root = tmp_path / "models"
     root.mkdir()

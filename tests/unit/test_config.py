@@ -83,11 +83,15 @@ def test_kv_cache_settings():
 
 
 def test_the_kv_pool_is_committed_at_load_except_in_multi_model_mode():
-    assert EngineConfig.from_env({}).kv_cache_commit
-    assert not EngineConfig.from_env({"LLM_BYOC_KV_CACHE_COMMIT": "false"}).kv_cache_commit
-    assert not MultiModelConfig.from_env({}).engine.kv_cache_commit  # models are measured as they grow
-    assert not MultiModelConfig().engine.kv_cache_commit
-    assert MultiModelConfig.from_env({"LLM_BYOC_KV_CACHE_COMMIT": "true"}).engine.kv_cache_commit
+    assert EngineConfig.from_env({}).kv_cache_commit == "ahead"
+    assert EngineConfig.from_env({"LLM_BYOC_KV_CACHE_COMMIT": "load"}).kv_cache_commit == "load"
+    assert EngineConfig.from_env({"LLM_BYOC_KV_CACHE_COMMIT": "false"}).kv_cache_commit == "lazy"  # the old booleans
+    assert EngineConfig.from_env({"LLM_BYOC_KV_CACHE_COMMIT": "TRUE"}).kv_cache_commit == "load"
+    assert MultiModelConfig.from_env({}).engine.kv_cache_commit == "lazy"  # models are measured as they grow
+    assert MultiModelConfig().engine.kv_cache_commit == "lazy"
+    assert MultiModelConfig.from_env({"LLM_BYOC_KV_CACHE_COMMIT": "ahead"}).engine.kv_cache_commit == "ahead"
+    with pytest.raises(ConfigError, match="LLM_BYOC_KV_CACHE_COMMIT must be one of ahead, load, lazy"):
+        EngineConfig.from_env({"LLM_BYOC_KV_CACHE_COMMIT": "later"})
     with pytest.raises(ConfigError, match="LLM_BYOC_KV_CACHE_COMMIT"):
         EngineConfig.from_env({"LLM_BYOC_KV_CACHE_COMMIT": "maybe"})
     assert EngineConfig.from_env({}).kv_cache_huge_pages
@@ -143,3 +147,12 @@ def test_multi_model_backend_start_method_and_triton_settings():
 def test_bad_multi_model_settings_name_the_variable(env, name):
     with pytest.raises(ConfigError, match=name):
         MultiModelConfig.from_env(env)
+
+
+def test_start_up_adapters_are_required_unless_said_optional():
+    assert EngineConfig.from_env({}).adapters_optional is False  # one that cannot be registered fails the start
+    assert EngineConfig.from_env({"LLM_BYOC_ADAPTERS_OPTIONAL": "true"}).adapters_optional is True
+    assert EngineConfig.from_env({"LLM_BYOC_ADAPTERS_OPTIONAL": ""}).adapters_optional is False
+    assert MultiModelConfig.from_env({"LLM_BYOC_ADAPTERS_OPTIONAL": "1"}).engine.adapters_optional is True
+    with pytest.raises(ConfigError, match="LLM_BYOC_ADAPTERS_OPTIONAL"):
+        EngineConfig.from_env({"LLM_BYOC_ADAPTERS_OPTIONAL": "sometimes"})

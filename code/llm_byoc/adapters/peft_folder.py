@@ -76,6 +76,8 @@ def read_config(folder: Path, max_rank: int) -> tuple[int, float]:
         raise InvalidRequest(f"{CONFIG_FILE} is larger than {MAX_CONFIG_BYTES} bytes")
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InvalidRequest(f"cannot read {CONFIG_FILE}: {exc.strerror}") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidRequest(f"{CONFIG_FILE} is not valid JSON: {exc}") from None
     if not isinstance(config, dict) or config.get("peft_type") != "LORA":
@@ -109,7 +111,11 @@ def read_config(folder: Path, max_rank: int) -> tuple[int, float]:
 def read_header(path: Path) -> dict[str, list[int]]:
     """Tensor name -> shape, from a safetensors file's header alone."""
     try:
-        with path.open("rb") as handle:
+        handle = path.open("rb")
+    except OSError as exc:
+        raise InvalidRequest(f"cannot read {path.name}: {exc.strerror}") from None
+    try:
+        with handle:
             (length,) = struct.unpack("<Q", handle.read(8))
             if not 2 <= length <= MAX_HEADER_BYTES:
                 raise ValueError(f"a header of {length} bytes")

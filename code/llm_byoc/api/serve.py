@@ -19,11 +19,15 @@ Exit codes: 0 stopped by SIGTERM/SIGINT and every child stopped in time;
 worker died, gunicorn could not start) or had to be killed at shutdown;
 2 a bad setting (the message names the variable) or argument.
 
-The engine socket and its key live in a fresh private directory (0700) unless
-``LLM_BYOC_ENGINE_SOCKET`` names one. Children run in their own process group
-(a terminal's Ctrl-C reaches only ``serve``, which shuts down in order) and get
-SIGTERM if ``serve`` itself dies. As PID 1 in a container, ``serve`` also reaps
-orphans the engine leaves behind.
+Started as root (the image's default), ``serve`` first becomes the unprivileged
+``llmbyoc`` user when that user can read every file it must serve, and stays
+root, saying why in one line, when it cannot (``process/privileges.py``); every
+child then runs as the user ``serve`` became. The engine socket and its key
+live in a fresh private directory (0700) unless ``LLM_BYOC_ENGINE_SOCKET``
+names one, made after that decision, so they belong to that user. Children run
+in their own process group (a terminal's Ctrl-C reaches only ``serve``, which
+shuts down in order) and get SIGTERM if ``serve`` itself dies. As PID 1 in a
+container, ``serve`` also reaps orphans the engine leaves behind.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from ..config import ENV_ENGINE_SOCKET, ConfigError, EngineConfig, MultiModelCon
 from ..engine import ipc
 from ..logging_setup import configure_logging
 from ..metrics import ENV_PROMETHEUS_MULTIPROC_DIR
+from ..process import privileges
 
 log = logging.getLogger("llm_byoc.serve")
 
@@ -102,6 +107,14 @@ def _die_with_parent() -> None:
 def _spawn(name: str, command: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
     log.info("starting %s: %s", name, " ".join(command))
     return subprocess.Popen(command, process_group=0, preexec_fn=_die_with_parent, env=env)
+
+
+def served_paths(engine: EngineConfig, model_root: str | None) -> list[str]:
+    """What the children must read: the models root (multi-model), else the model when it is a
+    local path (a hub id is fetched into HOME) and its adapters folder."""
+    if model_root is not None:
+        return [model_root]
+    return [path for path in (engine.model, engine.adapters_dir) if os.path.exists(path)]
 
 
 def child_env(config: ServerConfig) -> dict[str, str]:
@@ -219,13 +232,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.parse_args(argv)  # exits 2 on a bad argument
     try:
         config = ServerConfig.from_env()
-        EngineConfig.from_env()  # checked here too, so a bad setting is exit code 2 whichever child reads it
-        if config.multi_model:
-            MultiModelConfig.from_env()
+        engine = EngineConfig.from_env()  # checked here too, so a bad setting is exit code 2 whichever child reads it
+        model_root = MultiModelConfig.from_env().model_root if config.multi_model else None
     except ConfigError as exc:
         print(f"serve: {exc}", file=sys.stderr)
         return EXIT_BAD_CONFIG
     configure_logging(config.log_level)
+    privileges.give_up_root(served_paths(engine, model_root))  # before anything is made or started
     supervisor = Supervisor(config)
     signal.signal(signal.SIGTERM, supervisor.request_stop)
     signal.signal(signal.SIGINT, supervisor.request_stop)

@@ -29,9 +29,11 @@ class AdapterControl:
         self.scheduler = scheduler
         self._waiting: dict[str, list[tuple[int, Reply]]] = {}  # uid -> preloads waiting for the worker
 
-    def start(self, folder: str) -> None:
-        """Register the adapters under ``folder``; load as many as the worker keeps in memory."""
-        for spec in self.registry.register_folder(folder)[: self.scheduler.adapters.max_cpu_loras]:
+    def start(self, folder: str, optional: bool = False) -> None:
+        """Register the adapters under ``folder``; load as many as the worker keeps in memory.
+
+        ModelLoadError when one cannot be registered, unless ``optional`` (see ``register_folder``)."""
+        for spec in self.registry.register_folder(folder, optional)[: self.scheduler.adapters.max_cpu_loras]:
             self.scheduler.adapters.preload(spec)
 
     def resolve(self, name: str) -> AdapterSpec:

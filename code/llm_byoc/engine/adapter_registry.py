@@ -16,8 +16,8 @@ from pathlib import Path
 
 from ..adapters.messages import AdapterSpec, AdapterStatus
 from ..adapters.peft_folder import BaseShapes, check_adapter, check_name
-from ..config import EngineConfig
-from ..errors import AdapterExists, AdapterNotFound, ServingError
+from ..config import ENV_ADAPTERS_DIR, ENV_ADAPTERS_OPTIONAL, EngineConfig
+from ..errors import AdapterExists, AdapterNotFound, ModelLoadError, ServingError
 from ..protocol import ModelInfo
 from .adapter_slots import AdapterSlots
 
@@ -94,15 +94,30 @@ class AdapterRegistry:
                                      entry.bytes, entry.failed))
         return out
 
-    def register_folder(self, folder: str) -> list[AdapterSpec]:
-        """Register every ``<name>/`` adapter folder under ``folder`` (at start-up); bad ones are logged."""
+    def register_folder(self, folder: str, optional: bool = False) -> list[AdapterSpec]:
+        """Register every ``<name>/`` adapter folder under ``folder`` (at start-up).
+
+        One that cannot be registered raises ModelLoadError naming each such folder and why: the
+        start fails, as for a model that does not load, instead of serving requests that name the
+        adapter a 404. ``optional`` (LLM_BYOC_ADAPTERS_OPTIONAL): they are logged and skipped.
+        """
         root = Path(folder)
         if not root.is_dir():
             return []
-        specs = []
-        for child in sorted(p for p in root.iterdir() if p.is_dir()):
+        specs, failures = [], []
+        try:
+            children = sorted(p for p in root.iterdir() if p.is_dir())
+        except OSError as exc:
+            children, failures = [], [f"{root}: cannot list it: {exc.strerror}"]
+        for child in children:
             try:
                 specs.append(self.register(child.name, str(child), roots=(*self.config.adapter_roots, str(root))))
             except ServingError as exc:
-                log.error("adapter folder %s not registered: %s", child, exc.message)
+                failures.append(f"{child}: {exc.message}")
+        if failures and not optional:
+            raise ModelLoadError(f"{len(failures)} adapter folder(s) in {ENV_ADAPTERS_DIR}={folder} cannot be "
+                                 f"registered: {'; '.join(failures)} (fix or remove them, or set "
+                                 f"{ENV_ADAPTERS_OPTIONAL}=true to serve without them)")
+        for failure in failures:
+            log.error("adapter folder not registered (%s=true): %s", ENV_ADAPTERS_OPTIONAL, failure)
         return specs

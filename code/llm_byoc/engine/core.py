@@ -150,7 +150,11 @@ class EngineCore:
                                        on_ready=self._wake)
             scheduler = Scheduler(SchedulerLimits.from_config(self.config, info), grammars)
             self._adapters = AdapterControl(AdapterRegistry(self.config, info), scheduler)
-            self._adapters.start(self.config.adapters_dir)
+            try:
+                self._adapters.start(self.config.adapters_dir, self.config.adapters_optional)
+            except ServingError as exc:  # a start-up adapter that cannot be served fails the start, as a model would
+                self._on_worker_dead(exc.message)
+                return
             self._scheduler = scheduler
             self._cond.notify_all()
         log.info("engine ready: %s (%s, %s)", info.model_path, info.device, info.dtype)

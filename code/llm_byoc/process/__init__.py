@@ -10,6 +10,7 @@
     zygote.py    what the zygote imports, with the thread rules that make forking safe
     threads.py   OpenMP / BLAS settings applied before torch loads
     procfs.py    /proc: a process tree, its RSS and its own (unique) memory
+    privileges.py  who ``serve`` runs as: root given up for the image's user when it can read the model
 
 The engine's model worker (``executor.StepWorker`` + ``worker.main``) and each model of
 multi-model mode (``multimodel.ModelProcess`` + ``multimodel.model_entry``) use it.

@@ -13,8 +13,12 @@ activations need the rest, and on a CPU host the KV cache competes with
 everything else in the container for the same RAM. A share that does not fit
 is clipped (with a warning); a size that does not fit is a load error.
 
-Either way the pool never holds more than ``POOL_CEILING_PER_SEQ`` full-length
-contexts per batch slot (more would sit idle), and a pool that cannot hold one
+With ``auto`` the pool holds at most what the batch can use: one full-length
+context per batch slot (``max_num_seqs`` x ``max_model_len``); a size or share
+the operator sets may hold up to ``POOL_CEILING_PER_SEQ`` per slot (room for
+cached prefixes beyond the running batch). On CPU the pool is only reserved at
+load and written ahead of use (``worker/kv_commit.py``), so its size costs
+memory as traffic fills it, not at rest. A pool that cannot hold one
 full-length sequence fails the load with the numbers.
 """
 
@@ -35,7 +39,8 @@ log = logging.getLogger(__name__)
 AUTO_CPU_SHARE = 0.2
 AUTO_CPU_MAX_OF_AVAILABLE = 0.5
 FRACTION_MAX_OF_AVAILABLE = 0.9
-POOL_CEILING_PER_SEQ = 4
+POOL_CEILING_PER_SEQ = 4  # full-length contexts per batch slot, at most, in a pool the operator sized
+AUTO_CEILING_PER_SEQ = 1
 GiB = 1024**3
 
 
@@ -115,10 +120,13 @@ def size_kv_cache(
         budget, how = cpu_kv_budget(config.kv_cache_memory, cgroup_memory_limit(), available_memory())
     blocks_per_seq = -(-max_model_len // block_size)
     num_blocks = budget // per_block + 1  # + the null block, which holds nothing
-    ceiling = POOL_CEILING_PER_SEQ * max_num_seqs * blocks_per_seq + 1
+    auto = config.kv_cache_memory == "auto" if device.type != "cuda" else False
+    per_seq = AUTO_CEILING_PER_SEQ if auto else POOL_CEILING_PER_SEQ
+    ceiling = per_seq * max_num_seqs * blocks_per_seq + 1
     if num_blocks > ceiling:
         num_blocks = ceiling
-        how += f"; capped at {POOL_CEILING_PER_SEQ} full-length contexts per batch slot"
+        how += (f"; capped at what the batch can use ({max_num_seqs} x {max_model_len} tokens)" if auto
+                else f"; capped at {per_seq} full-length contexts per batch slot")
     if num_blocks - 1 < blocks_per_seq:
         raise ModelLoadError(
             f"the KV cache ({how}) holds {(num_blocks - 1) * block_size} tokens at {per_token / 1024:.1f} KiB "

@@ -27,6 +27,7 @@ from ..protocol import ScheduledChunk, StepBatch, StepOutput
 from .attention import CASCADE_DEVICES
 from .batch import build_step_inputs, order_chunks
 from .kv_cache import PagedKVCache
+from .kv_commit import KVCommitter
 from .kv_sizing import KVCacheSize, bytes_per_token, size_kv_cache
 from .loading import LoadedModel, load_model
 from .lora import AdapterStore, LoRASlots, LoRAStep, build_lora_batch
@@ -45,7 +46,7 @@ class _Sequence:
 
 
 class ModelRunner:
-    def __init__(self, loaded: LoadedModel, size: KVCacheSize, max_loras: int = 8, commit_kv: bool = False,
+    def __init__(self, loaded: LoadedModel, size: KVCacheSize, max_loras: int = 8, commit_kv: str = "lazy",
                  huge_pages: bool = True):
         self.decoder = loaded.decoder
         self.device = loaded.device
@@ -58,6 +59,9 @@ class ModelRunner:
             self.decoder.num_layers, size.num_blocks, size.block_size, self.decoder.num_kv_heads,
             self.decoder.head_dim, loaded.dtype, loaded.device, commit=commit_kv, huge_pages=huge_pages,
         )
+        self.committer = KVCommitter(self.cache) if self.cache.commit == "ahead" else None
+        if self.committer is not None:
+            self.committer.start()
         base = BaseShapes(loaded.info.model_type, self.decoder.num_layers, self.decoder.lora_modules())
         self.adapters = AdapterStore(base, loaded.dtype)
         self.lora_slots = LoRASlots(base, max_loras, loaded.dtype, loaded.device)
@@ -90,6 +94,8 @@ class ModelRunner:
         self._free(batch.freed)
         adapter_results = self._adapter_changes(batch)  # each reports its own failure, before the check
         self._check(batch)
+        if self.committer is not None and batch.chunks:
+            self.committer.ensure(max((b for c in batch.chunks for b in c.block_ids), default=0))
         masks = check_masks(batch.step_id, batch.masks, self.vocab_size)
         for seq_id in batch.preempted:
             seq = self._seqs[seq_id]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -105,3 +106,23 @@ def test_names_and_models_without_lora(tmp_path):
         check_adapter("../x", str(folder), "u", (str(tmp_path),), 16, BASE)
     with pytest.raises(InvalidRequest, match="not supported for opt models"):
         check_adapter("ad", str(folder), "u", (str(tmp_path),), 16, BaseShapes("opt", 2, {}))
+
+
+def test_files_it_cannot_read_are_refused_by_name(tmp_path, monkeypatch):
+    """A 0600 file of another user (a root-owned extraction read by an unprivileged server)."""
+    folder = make(tmp_path / "ad")
+    real_open, real_read_text = Path.open, Path.read_text
+
+    def denied(real, name):
+        def call(self, *args, **kwargs):
+            if self.name == name:
+                raise PermissionError(13, "Permission denied", str(self))
+            return real(self, *args, **kwargs)
+        return call
+
+    monkeypatch.setattr(Path, "open", denied(real_open, "adapter_model.safetensors"))
+    with pytest.raises(InvalidRequest, match="cannot read adapter_model.safetensors: Permission denied"):
+        check(folder)
+    monkeypatch.setattr(Path, "read_text", denied(real_read_text, "adapter_config.json"))
+    with pytest.raises(InvalidRequest, match="cannot read adapter_config.json: Permission denied"):
+        check(folder)

@@ -1,4 +1,4 @@
-"""The gunicorn command line serve builds from ServerConfig."""
+"""The gunicorn command line serve builds from ServerConfig; what serve checks before it starts anything."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ import os
 import stat
 
 import pytest
-from llm_byoc.api.serve import OVERFLOW_CONNECTIONS, EXIT_BAD_CONFIG, Supervisor, gunicorn_command, main
-from llm_byoc.config import ServerConfig
+from llm_byoc.api import serve
+from llm_byoc.api.serve import (OVERFLOW_CONNECTIONS, EXIT_BAD_CONFIG, Supervisor, gunicorn_command, main,
+                                 served_paths)
+from llm_byoc.config import EngineConfig, ServerConfig
 
 
 def option(command: list[str], name: str) -> str:
@@ -59,3 +61,35 @@ def test_the_engine_socket_goes_in_a_fresh_private_directory(monkeypatch):
         os.rmdir(folder)
     assert Supervisor(ServerConfig(engine_socket="/run/x/engine.sock")).config.engine_socket == "/run/x/engine.sock"
     assert Supervisor(ServerConfig(multi_model=True)).config.engine_socket == ""
+
+
+def test_served_paths_are_the_local_model_and_its_adapters_or_the_models_root(tmp_path):
+    (tmp_path / "adapters").mkdir()
+    engine = EngineConfig(model=str(tmp_path), adapters_dir=str(tmp_path / "adapters"))
+    assert served_paths(engine, None) == [str(tmp_path), str(tmp_path / "adapters")]
+    assert served_paths(EngineConfig(model="org/hub-model", adapters_dir=str(tmp_path / "none")), None) == []
+    assert served_paths(engine, "/opt/ml/models") == ["/opt/ml/models"]
+
+
+def test_serve_decides_who_it_runs_as_before_it_makes_or_starts_anything(monkeypatch, tmp_path,
+                                                                          restore_root_logger):
+    events = []
+
+    class RecordingSupervisor:
+        def __init__(self, config):
+            events.append("supervisor")  # where the engine socket's private directory is made
+
+        def request_stop(self, *_):
+            pass
+
+        def run(self):
+            return 0
+
+    monkeypatch.setattr(serve.privileges, "give_up_root", lambda paths: events.append(("decide", paths)))
+    monkeypatch.setattr(serve, "Supervisor", RecordingSupervisor)
+    monkeypatch.setattr(serve.signal, "signal", lambda *_: None)
+    monkeypatch.setenv("LLM_BYOC_MODEL", str(tmp_path))
+    monkeypatch.setenv("LLM_BYOC_ADAPTERS_DIR", str(tmp_path / "none"))
+    monkeypatch.delenv("SAGEMAKER_MULTI_MODEL", raising=False)
+    assert main([]) == 0
+    assert events == [("decide", [str(tmp_path)]), "supervisor"]

@@ -1,8 +1,8 @@
 """deploy/kubernetes/: the manifests parse, validate against the Kubernetes schemas
 (kubernetes-validate, offline; the InferenceService's predictor as the pod it becomes) and
 carry what the container needs: port 8080, /ping probes, settings the container accepts,
-the model where LLM_BYOC_MODEL points, resources, a long enough grace period, and an HPA
-on a metric the server exports, served by the adapter rule."""
+the model where LLM_BYOC_MODEL points, resources, a long enough grace period, the image's
+unprivileged user, and an HPA on a metric the server exports, served by the adapter rule."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from llm_byoc.api.serve import ENGINE_STOP_TIMEOUT_S
 from llm_byoc.config import ENV_DEVICE, ENV_GRACEFUL_TIMEOUT, ENV_MODEL, ServerConfig
 from llm_byoc.deploy.specs import validate_environment
 from llm_byoc.metrics import ServingMetrics
+from llm_byoc.process.privileges import SERVICE_UID
 from prometheus_client.parser import text_string_to_metric_families
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
@@ -61,6 +62,15 @@ def check_serving_container(container: dict, pod_spec: dict, model_path: str, po
         assert resources["limits"]["nvidia.com/gpu"] == "1" == resources["requests"]["nvidia.com/gpu"]
     graceful = ServerConfig.from_env(env).graceful_timeout_s
     assert env[ENV_GRACEFUL_TIMEOUT] and pod_spec["terminationGracePeriodSeconds"] >= graceful + 10 + ENGINE_STOP_TIMEOUT_S
+    check_runs_as_the_images_user(container, pod_spec)
+
+
+def check_runs_as_the_images_user(container: dict, pod_spec: dict) -> None:
+    """The image starts as root (serve gives root up itself): runAsNonRoot without a numeric
+    runAsUser would be refused by the kubelet, so wherever it is asked for, uid and gid 10001 go with it."""
+    security = {**pod_spec.get("securityContext", {}), **container.get("securityContext", {})}
+    assert security.get("runAsNonRoot") is True  # these manifests run unprivileged from the start
+    assert security.get("runAsUser") == SERVICE_UID and security.get("runAsGroup") == SERVICE_UID, security
 
 
 def test_deployment_service_and_hpa():
@@ -131,3 +141,11 @@ def test_validation_catches_a_misspelt_field():
     deployment["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGett"] = {"path": "/ping"}
     with pytest.raises(kubernetes_validate.ValidationError):
         validate(deployment)
+
+
+def test_run_as_non_root_without_the_images_uid_is_caught():
+    pod = documents("deployment.yaml")["Deployment"]["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    del container["securityContext"]["runAsUser"]  # the kubelet would refuse it: the image's USER is root
+    with pytest.raises(AssertionError):
+        check_runs_as_the_images_user(container, pod)

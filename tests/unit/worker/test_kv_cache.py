@@ -30,7 +30,7 @@ from llm_byoc.worker.kv_cache import PagedKVCache
 
 before = rss(os.getpid())
 cache = PagedKVCache(num_layers=2, num_blocks=1024, block_size=16, kv_heads=4, head_dim=64,
-                     dtype=torch.float32, device=torch.device("cpu"), commit=sys.argv[1] == "commit")
+                     dtype=torch.float32, device=torch.device("cpu"), commit=sys.argv[1])
 grown = rss(os.getpid()) - before
 assert all(bool((layer[:16] == 0).all()) for layer in cache.k + cache.v)  # the null block, either way
 print(grown)
@@ -47,14 +47,14 @@ def _in_a_fresh_process(script: str, argument: str) -> str:
     return result.stdout
 
 
-@pytest.mark.parametrize("commit", [True, False])
-def test_a_committed_pool_is_resident_from_the_start_a_lazy_one_is_not(commit):
+@pytest.mark.parametrize("commit", ["load", "ahead", "lazy"])
+def test_a_pool_committed_at_load_is_resident_from_the_start_the_others_are_not(commit):
     pool_bytes = 2 * 2 * 1024 * 16 * 4 * 64 * 4  # 2 layers x k/v x 1024 blocks x 16 tokens x 4 heads x 64 x fp32
-    grown = int(_in_a_fresh_process(_MEASURE, "commit" if commit else "lazy").split()[-1])
-    if commit:
+    grown = int(_in_a_fresh_process(_MEASURE, commit).split()[-1])
+    if commit == "load":
         assert grown >= 0.9 * pool_bytes
-    else:
-        assert grown < 0.25 * pool_bytes  # only the null block's pages were written
+    else:  # only the null block's pages were written (ahead: the committer writes the rest, kv_commit.py)
+        assert grown < 0.25 * pool_bytes
 
 
 _ADVISED = """
@@ -75,14 +75,15 @@ def vm_flags(address):
 
 
 cache = PagedKVCache(num_layers=2, num_blocks=512, block_size=16, kv_heads=4, head_dim=64,  # 8 MiB per layer
-                     dtype=torch.float32, device=torch.device("cpu"), commit=sys.argv[1] != "lazy",
-                     huge_pages=sys.argv[1] != "commit-4k")
+                     dtype=torch.float32, device=torch.device("cpu"), commit=sys.argv[1].removesuffix("-4k"),
+                     huge_pages=not sys.argv[1].endswith("-4k"))
 print(" ".join(str("hg" in vm_flags(t.data_ptr() + t.numel() * t.element_size() // 2)) for t in cache.k + cache.v))
 """
 
 
 @pytest.mark.skipif(not os.path.exists("/sys/kernel/mm/transparent_hugepage"), reason="no transparent huge pages")
-@pytest.mark.parametrize("pool, advised", [("commit", True), ("lazy", False), ("commit-4k", False)])
+@pytest.mark.parametrize("pool, advised", [("load", True), ("ahead", True), ("lazy", False), ("load-4k", False),
+                                           ("ahead-4k", False)])
 def test_a_committed_pool_asks_for_huge_pages_unless_told_not_to_a_lazy_one_never(pool, advised):
     # the advice (VmFlags "hg"), not the pages: whether the kernel finds free 2 MiB pages depends on the host
     assert _in_a_fresh_process(_ADVISED, pool).split() == [str(advised)] * 4

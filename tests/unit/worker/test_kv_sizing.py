@@ -52,6 +52,12 @@ def test_the_pool_is_capped_at_a_few_contexts_per_batch_slot():
     assert size.num_blocks == kv_sizing.POOL_CEILING_PER_SEQ * 2 * 4 + 1 and "capped" in size.how
 
 
+def test_an_auto_pool_holds_what_the_batch_can_use():
+    config = EngineConfig(model="m", max_num_seqs=2, kv_block_size=16)  # auto: a fifth of memory, far more
+    size = size_kv_cache(config, per_token=512, max_model_len=64, max_num_seqs=2, device=CPU)
+    assert size.num_blocks == 2 * 4 + 1 and "what the batch can use (2 x 64 tokens)" in size.how
+
+
 def test_a_pool_that_cannot_hold_one_full_sequence_fails_the_load():
     config = EngineConfig(model="m", kv_cache_memory="1MiB")
     with pytest.raises(ModelLoadError, match=r"holds \d+ tokens at 45.0 KiB a token, less than one sequence of "
