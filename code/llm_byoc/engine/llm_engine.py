@@ -100,7 +100,7 @@ class LLMEngine:
     def _load_tokenizer(self) -> Any:
         with self._tokenizer_lock:
             if self._tokenizer is None:
-                from ..models.loader import load_tokenizer
+                from ..models.fast_tokenizer import load_tokenizer  # no torch in the front end
 
                 path = self._ready_info().model_path
                 self._tokenizer = load_tokenizer(path, trust_remote_code=self._trust_remote_code)

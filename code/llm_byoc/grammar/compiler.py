@@ -15,6 +15,7 @@ microsecond).
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 from collections import OrderedDict
@@ -103,13 +104,21 @@ def hf_llm_tokenizer(model_path: str, vocab_size: int, eos_token_ids: list[int])
     size (the logits' width) and every EOS id (each ends a complete output)."""
 
     def make() -> Any:
-        import llguidance.hf
+        from ..models.fast_tokenizer import load_tokenizer
 
-        from ..models.loader import load_tokenizer
-
-        tokenizer = load_tokenizer(model_path)
-        if not getattr(tokenizer, "is_fast", False):
-            raise InvalidRequest("structured output needs a fast (tokenizers) tokenizer")
-        return llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab_size, eos_token=list(eos_token_ids) or None)
+        return llm_tokenizer(load_tokenizer(model_path), vocab_size, list(eos_token_ids))
 
     return make
+
+
+def llm_tokenizer(tokenizer: Any, vocab_size: int, eos_token_ids: list[int]) -> Any:
+    """An ``llguidance.LLTokenizer`` over the ``tokenizers`` backend of a FastTokenizer or a transformers
+    fast tokenizer, as ``llguidance.hf.from_tokenizer`` builds it (which would import transformers)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        raise InvalidRequest("structured output needs a fast (tokenizers) tokenizer")
+    backend = copy.copy(backend)  # its JSON, added tokens included, without padding or truncation
+    backend.no_padding()
+    backend.no_truncation()
+    return llguidance.LLTokenizer(backend.to_str(), n_vocab=vocab_size,
+                                  eos_token=eos_token_ids or tokenizer.eos_token_id)

@@ -1,6 +1,9 @@
 """Model manager: resolve a model source and load its tokenizer, config and weights.
 
 ``source.resolve_model_source`` classifies a source (local folder, GGUF file,
-hub id); ``loader`` loads tokenizers and safetensors-only causal LMs;
-``gguf_cache`` converts a GGUF file once into a cached safetensors folder.
+hub id); ``loader`` loads safetensors-only causal LMs; ``fast_tokenizer`` loads
+tokenizers without torch (``tokenizer_files``, ``tokenizer_build`` and
+``chat_template`` reproduce transformers' reading, building and chat rendering),
+falling back to transformers; ``gguf_cache`` converts a GGUF file once into a
+cached safetensors folder.
 """

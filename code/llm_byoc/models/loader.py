@@ -1,5 +1,7 @@
 """Load a tokenizer and a causal LM from a model source, safely.
 
+``load_tokenizer`` comes from ``fast_tokenizer`` (no torch there: the HTTP front end imports it).
+
 Weights come only from safetensors files (a folder with only pickle ``.bin``
 weights is refused: unpickling can run code). ``trust_remote_code`` is passed
 through only when the operator turned it on in EngineConfig.
@@ -16,6 +18,7 @@ import torch
 
 from ..errors import ModelLoadError
 from .device import resolve_device
+from .fast_tokenizer import load_tokenizer  # noqa: F401 - re-exported: the tokenizer without torch lives there
 from .source import ModelSource, materialize, resolve_model_source
 
 log = logging.getLogger(__name__)
@@ -52,7 +55,11 @@ def read_model_config(folder: Path) -> dict:
 
 
 def check_readable(folder: Path) -> None:
-    """Every file of the model must be readable by this process (the image runs as an unprivileged user)."""
+    """Every file of the model must be readable by this process.
+
+    In the image ``serve`` gives root up only when its user can read the model (process/privileges.py),
+    so this names the file for a process started unprivileged (docker run --user, Kubernetes runAsUser)
+    or a model the checks at start-up did not see (multi-model mode)."""
     unreadable = sorted(p.name for p in folder.iterdir() if p.is_file() and not os.access(p, os.R_OK))
     if unreadable:
         raise ModelLoadError(
@@ -85,19 +92,6 @@ def load_config(folder: str | Path, trust_remote_code: bool = False):
         )
     except Exception as exc:
         raise ModelLoadError(f"cannot read the config in {folder}: {type(exc).__name__}: {exc}") from exc
-
-
-def load_tokenizer(path: str | Path, trust_remote_code: bool = False):
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(
-            str(path), trust_remote_code=trust_remote_code, local_files_only=True
-        )
-    except Exception as exc:
-        raise ModelLoadError(
-            f"cannot load the tokenizer from {path}: {type(exc).__name__}: {exc}"
-        ) from exc
 
 
 def load_causal_lm(

@@ -133,3 +133,16 @@ def test_a_grammar_that_does_not_compile_refuses_its_sequence(hf_tokenizer):
     (rejected,) = s.drain_rejected()
     assert rejected.error_type == InvalidRequest.error_type and "unclosed group" in rejected.message
     assert not s.has_work()
+
+
+def test_the_grammar_tokenizer_of_the_served_folder_is_the_one_llguidance_builds(hf_tokenizer, tiny_llama_dir):
+    from llm_byoc.grammar.compiler import hf_llm_tokenizer
+
+    ours = hf_llm_tokenizer(str(tiny_llama_dir), len(hf_tokenizer), [EOS])()  # from a FastTokenizer: no transformers
+    theirs = llguidance.hf.from_tokenizer(hf_tokenizer, n_vocab=len(hf_tokenizer), eos_token=[EOS])
+    assert (ours.vocab_size, ours.eos_tokens) == (theirs.vocab_size, theirs.eos_tokens)
+    for token in range(len(hf_tokenizer)):
+        assert ours.decode_bytes([token]) == theirs.decode_bytes([token])
+        assert ours.is_special_token(token) == theirs.is_special_token(token)
+    for text in ('{"n": 3, "b": true}', "Hello world </s> <s>", "Café 😀"):
+        assert ours.tokenize_str(text) == theirs.tokenize_str(text)
