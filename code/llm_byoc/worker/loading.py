@@ -1,8 +1,16 @@
 """Load the configured model into a batched decoder and describe it (ModelInfo; its KV cache
-fields are filled in once the runner has sized the cache)."""
+fields are filled in once the runner has sized the cache).
+
+The native families (worker.models.DECODERS) load without transformers: config.json
+into a typed config, the safetensors weights read straight into the decoder's
+tensors (worker/models/weights.py). Anything that path does not take (a RoPE type
+or activation it has no native version of, quantized weights, remote code, an
+unusual checkpoint layout) loads through transformers as before, said in one log line.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -12,10 +20,28 @@ import torch
 
 from ..config import EngineConfig
 from ..errors import ModelLoadError
-from ..models.loader import load_causal_lm, load_config, load_tokenizer, local_folder
+from ..models.device import resolve_device
+from ..models.loader import (
+    check_readable,
+    check_safetensors_weights,
+    load_causal_lm,
+    load_config,
+    load_tokenizer,
+    local_folder,
+    read_model_config,
+    resolve_dtype,
+)
 from ..protocol import ModelInfo
-from .linear import linear_factory, resolve_backend
-from .models import build_decoder, check_supported
+from .linear import MakeLinear, linear_factory, resolve_backend
+from .models import (
+    NeedsTransformers,
+    build_decoder,
+    check_model_type,
+    check_supported,
+    decoder_config,
+    load_decoder,
+    native_unsupported,
+)
 
 log = logging.getLogger(__name__)
 
@@ -34,9 +60,9 @@ class LoadedModel:
     dtype: torch.dtype
 
 
-def model_max_len(hf_config, configured: int | None) -> int:
+def model_max_len(model_config, configured: int | None) -> int:
     """The configured context, or the model's own capped at 4096; never beyond the model's."""
-    model_limit = getattr(hf_config, "max_position_embeddings", None) or DEFAULT_MAX_MODEL_LEN
+    model_limit = getattr(model_config, "max_position_embeddings", None) or DEFAULT_MAX_MODEL_LEN
     if configured is None:
         return min(model_limit, DEFAULT_MAX_MODEL_LEN)
     if configured > model_limit:
@@ -47,43 +73,61 @@ def model_max_len(hf_config, configured: int | None) -> int:
     return configured
 
 
-def eos_token_ids(hf_model, tokenizer) -> list[int]:
-    """EOS ids from generation_config, config and tokenizer, in that order, deduplicated."""
+def eos_token_ids(*values) -> list[int]:
+    """EOS ids from each ``eos_token_id`` given (generation config, model config, tokenizer), deduplicated."""
     found: list[int] = []
-    for source in (getattr(hf_model, "generation_config", None), hf_model.config, tokenizer):
-        value = getattr(source, "eos_token_id", None) if source is not None else None
+    for value in values:
         for token in value if isinstance(value, (list, tuple)) else [value]:
             if isinstance(token, int) and token not in found:
                 found.append(token)
     return found
 
 
+def read_generation_eos(folder: Path):
+    """generation_config.json's eos_token_id (what transformers' generation_config holds), or None."""
+    try:
+        return json.loads((folder / "generation_config.json").read_text()).get("eos_token_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def load_model(config: EngineConfig) -> LoadedModel:
     started = time.monotonic()
     folder = local_folder(config.model)
-    hf_config = load_config(folder, config.trust_remote_code)
-    max_len = model_max_len(hf_config, config.max_model_len)
-    check_supported(hf_config, max_len)  # before the weights are read
+    raw = read_model_config(folder)
+    model_config, native_reason = _model_config(folder, raw, config.trust_remote_code)
+    max_len = model_max_len(model_config, config.max_model_len)
+    check_supported(model_config, max_len)  # before the weights are read
     tokenizer = load_tokenizer(folder, config.trust_remote_code)  # the front end needs it to work
-    hf_model = load_causal_lm(folder, config.dtype, config.device, config.trust_remote_code)
-    device, dtype = hf_model.device, hf_model.dtype
+    device = resolve_device(config.device)
+    dtype = resolve_dtype(config.dtype, device)
     max_num_seqs = config.max_num_seqs or DEFAULT_MAX_NUM_SEQS.get(device.type, 64)
     try:
         backend, backend_reason = resolve_backend(config.linear_backend, device, dtype)
     except ValueError as exc:
         raise ModelLoadError(str(exc)) from None
     log.info("linear kernels: %s (%s)", backend, backend_reason)
-    with torch.no_grad():  # fused weights (torch.cat) must not keep the originals alive through autograd
-        decoder = build_decoder(hf_model, max_len, linear_factory(backend, batch_hint=max_num_seqs))
-    param_bytes = sum(p.numel() * p.element_size() for p in hf_model.parameters())
-    if backend != "aten":  # every projection is a copy now: let the checkpoint's memory map go
-        own_tensors(decoder)
+    make_linear = linear_factory(backend, batch_hint=max_num_seqs)
+    if native_reason is None:
+        try:
+            check_readable(folder)
+            check_safetensors_weights(folder)
+            decoder, param_bytes = load_decoder(folder, model_config, device, dtype, make_linear,
+                                                linear_copies_weights=backend != "aten")
+            eos = eos_token_ids(read_generation_eos(folder), raw.get("eos_token_id"),
+                                getattr(tokenizer, "eos_token_id", None))
+        except NeedsTransformers as exc:
+            native_reason = str(exc)
+    if native_reason is not None:
+        log.info("loading %s through transformers: %s", folder, native_reason)
+        decoder, param_bytes, model_config, eos = _load_through_transformers(folder, config, max_len, make_linear,
+                                                                             backend, tokenizer)
     info = ModelInfo(
-        model_type=hf_model.config.model_type,
+        model_type=model_config.model_type,
         model_path=str(Path(folder)),
-        vocab_size=hf_model.config.vocab_size,
+        vocab_size=model_config.vocab_size,
         max_model_len=max_len,
-        eos_token_ids=eos_token_ids(hf_model, tokenizer),
+        eos_token_ids=eos,
         device=str(device),
         dtype=str(dtype).removeprefix("torch."),
         max_num_seqs=max_num_seqs,
@@ -91,9 +135,37 @@ def load_model(config: EngineConfig) -> LoadedModel:
         param_bytes=param_bytes,
         linear_backend=backend,
     )
-    log.info("loaded %s (%s, %s on %s, %s linear kernels) in %.1f s",
-             folder, info.model_type, info.dtype, device, backend, info.load_time_s)
+    log.info("loaded %s (%s, %s on %s, %s linear kernels%s) in %.1f s", folder, info.model_type, info.dtype,
+             device, backend, "" if native_reason is None else ", through transformers", info.load_time_s)
     return LoadedModel(decoder, info, device, dtype)
+
+
+def _model_config(folder: Path, raw: dict, trust_remote_code: bool):
+    """(our typed config, None), or (transformers' config, why the native path cannot take the model)."""
+    if raw.get("model_type") is not None:
+        check_model_type(raw["model_type"])  # an unsupported family is refused without importing transformers
+        try:
+            model_config = decoder_config(raw)
+            return model_config, native_unsupported(model_config, raw, trust_remote_code)
+        except NeedsTransformers as exc:
+            reason = str(exc)
+    else:
+        reason = "config.json has no model_type"
+    return load_config(folder, trust_remote_code), reason
+
+
+def _load_through_transformers(folder: Path, config: EngineConfig, max_len: int, make_linear: MakeLinear,
+                               backend: str, tokenizer):
+    """(decoder, weight bytes, transformers' config, EOS ids) on a transformers model, as before."""
+    hf_model = load_causal_lm(folder, config.dtype, config.device, config.trust_remote_code)
+    with torch.no_grad():  # fused weights (torch.cat) must not keep the originals alive through autograd
+        decoder = build_decoder(hf_model, max_len, make_linear)
+    param_bytes = sum(p.numel() * p.element_size() for p in hf_model.parameters())
+    if backend != "aten":  # every projection is a copy now: let the checkpoint's memory map go
+        own_tensors(decoder)
+    eos = eos_token_ids(getattr(hf_model.generation_config, "eos_token_id", None), hf_model.config.eos_token_id,
+                        getattr(tokenizer, "eos_token_id", None))
+    return decoder, param_bytes, hf_model.config, eos
 
 
 def own_tensors(obj, depth: int = 0) -> None:

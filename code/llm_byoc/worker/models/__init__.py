@@ -1,17 +1,27 @@
 """Model families the worker runs with its own batched forward.
 
-Each decoder is built from a loaded Hugging Face model (it keeps the weights,
-not the modules) and exposes ``num_layers``, ``num_heads``, ``num_kv_heads``,
-``head_dim``, ``forward(inputs, cache) -> [T, hidden]`` and
-``logits(hidden_rows) -> [S, vocab]``.
+Each decoder keeps the weights, not modules, and exposes ``num_layers``,
+``num_heads``, ``num_kv_heads``, ``head_dim``, ``forward(inputs, cache) -> [T,
+hidden]`` and ``logits(hidden_rows) -> [S, vocab]``. ``load_decoder`` builds one
+straight from config.json and the safetensors files, without transformers;
+``build_decoder`` builds one on a loaded transformers model, for what the native
+path does not take (``native_unsupported`` says why).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import torch
+
 from ...errors import ModelLoadError
 from ..linear import MakeLinear
+from .activations import ACTIVATIONS
+from .config import DecoderConfig, LlamaDecoderConfig, NeedsTransformers, decoder_config
 from .llama import LlamaDecoder
 from .opt import OPTDecoder
+from .rope import rope_unsupported
+from .weights import CheckpointWeights
 
 DECODERS = {
     "llama": LlamaDecoder,
@@ -23,13 +33,17 @@ DECODERS = {
 _PER_BATCH_ROPE = ("dynamic", "longrope")
 
 
-def check_supported(config, max_model_len: int) -> None:
-    """Raise ModelLoadError for a model this worker cannot run exactly."""
-    model_type = getattr(config, "model_type", None)
+def check_model_type(model_type) -> None:
     if model_type not in DECODERS:
         raise ModelLoadError(
             f"model type {model_type!r} is not supported; supported: {', '.join(sorted(DECODERS))}"
         )
+
+
+def check_supported(config, max_model_len: int) -> None:
+    """Raise ModelLoadError for a model this worker cannot run exactly (a transformers or our own config)."""
+    model_type = getattr(config, "model_type", None)
+    check_model_type(model_type)
     rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
     rope = rope if isinstance(rope, dict) else {}
     if rope.get("rope_type", rope.get("type")) in _PER_BATCH_ROPE:
@@ -49,4 +63,35 @@ def check_supported(config, max_model_len: int) -> None:
 def build_decoder(hf_model, max_model_len: int, make_linear: MakeLinear | None = None):
     """``make_linear`` builds each projection (worker.linear); default: F.linear."""
     check_supported(hf_model.config, max_model_len)
-    return DECODERS[hf_model.config.model_type](hf_model, make_linear)
+    return DECODERS[hf_model.config.model_type].from_hf(hf_model, make_linear)
+
+
+def native_unsupported(config: DecoderConfig, raw: dict, trust_remote_code: bool) -> str | None:
+    """Why ``load_decoder`` cannot build this model as transformers would, or None when it can."""
+    if raw.get("quantization_config"):
+        return "its weights are quantized"
+    if trust_remote_code and raw.get("auto_map"):
+        return "trust_remote_code is on and its config names its own code (auto_map)"
+    act = config.hidden_act if isinstance(config, LlamaDecoderConfig) else config.activation_function
+    if act not in ACTIVATIONS:
+        return f"activation {act!r} has no native function"
+    if isinstance(config, LlamaDecoderConfig):
+        return rope_unsupported(config.rope_parameters, config.head_dim)
+    return None
+
+
+def load_decoder(folder: Path, config: DecoderConfig, device: torch.device, dtype: torch.dtype,
+                 make_linear: MakeLinear | None = None, linear_copies_weights: bool = False):
+    """(decoder, bytes of its weights) from ``folder``'s safetensors files; NeedsTransformers if it cannot.
+
+    ``linear_copies_weights``: ``make_linear`` keeps a copy of each weight (oneDNN's layout), never the tensor."""
+    weights = CheckpointWeights.open(folder, dtype, device, reuse_projection_buffer=linear_copies_weights)
+    try:
+        decoder = DECODERS[config.model_type].from_checkpoint(config, weights, make_linear)
+    finally:
+        weights.close()
+    return decoder, weights.nbytes
+
+
+__all__ = ["DECODERS", "NeedsTransformers", "build_decoder", "check_model_type", "check_supported",
+           "decoder_config", "load_decoder", "native_unsupported"]

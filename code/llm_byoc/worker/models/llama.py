@@ -3,22 +3,28 @@
 Covers ``llama`` and the layouts that differ from it only by optional biases
 (``qwen2``: q/k/v bias; ``mistral`` while its sliding window is longer than the
 context). Per layer, q/k/v are one fused matmul and gate/up another, so every
-projection is one big matmul over all T rows of the step.
+projection is one big matmul over all T rows of the step. Built straight from the
+safetensors files (``from_checkpoint``, each fused projection read into place) or,
+for what that path does not take, from a loaded transformers model (``from_hf``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from transformers.activations import ACT2FN
 
 from ..attention import paged_attention
 from ..batch import StepInputs
 from ..kv_cache import PagedKVCache
 from ..linear import Linear, MakeLinear, linear_factory
 from ..lora import LoRAStep
+from .activations import activation
+from .config import LlamaDecoderConfig
+from .rope import Rotary
+from .weights import CheckpointWeights
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -29,7 +35,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 def rope_tables(rotary, h: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sign-folded sin, [T, 1, D] each, computed once per step for all layers."""
-    cos, sin = rotary(h, positions[None])  # [1, T, D]: HF applies the config's rope scaling
+    cos, sin = rotary(h, positions[None])  # [1, T, D], with the config's rope scaling
     half = sin.shape[-1] // 2
     signed_sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
     return cos[0, :, None, :], signed_sin[0, :, None, :]
@@ -72,24 +78,81 @@ class LlamaLayer:
             down=make_linear(mlp.down_proj.weight, mlp.down_proj.bias),
         )
 
+    @classmethod
+    def from_checkpoint(cls, weights: CheckpointWeights, prefix: str, config: LlamaDecoderConfig,
+                        make_linear: MakeLinear) -> "LlamaLayer":
+        """Layer ``prefix`` ('model.layers.3.'): each projection read into its fused place, then handed over."""
+        hidden, inter = config.hidden_size, config.intermediate_size
+        q, kv = config.num_attention_heads * config.head_dim, config.num_key_value_heads * config.head_dim
+        attn, mlp = prefix + "self_attn.", prefix + "mlp."
+        qkv = [(attn + "q_proj", q), (attn + "k_proj", kv), (attn + "v_proj", kv)]
+        gate_up = [(mlp + "gate_proj", inter), (mlp + "up_proj", inter)]
+
+        def projection(parts: list[tuple[str, int]], columns: int, bias: bool) -> Linear:
+            weight = weights.projection([(name + ".weight", (rows, columns)) for name, rows in parts])
+            return make_linear(weight, weights.fused([(name + ".bias", (rows,)) for name, rows in parts])
+                               if bias else None)
+
+        return cls(
+            ln_attn=weights.tensor(prefix + "input_layernorm.weight", (hidden,)),
+            qkv=projection(qkv, hidden, config.qkv_bias),
+            o=projection([(attn + "o_proj", hidden)], q, config.o_bias),
+            ln_mlp=weights.tensor(prefix + "post_attention_layernorm.weight", (hidden,)),
+            gate_up=projection(gate_up, hidden, config.mlp_bias),
+            down=projection([(mlp + "down_proj", hidden)], inter, config.mlp_bias),
+        )
+
 
 class LlamaDecoder:
     """``forward`` -> hidden states [T, hidden]; ``logits`` for the rows that sample."""
 
-    def __init__(self, hf_model, make_linear: MakeLinear | None = None):
+    def __init__(self, *, num_heads: int, num_kv_heads: int, head_dim: int, eps: float,
+                 act: Callable[[torch.Tensor], torch.Tensor], rotary, embed: torch.Tensor,
+                 layers: list[LlamaLayer], norm: torch.Tensor, lm_head: Linear):
+        self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
+        self.eps, self.act = eps, act
+        self.rotary = rotary  # rotary(x, position_ids) -> cos, sin: rope.Rotary, or transformers' module
+        self.embed = embed  # [V, hidden]
+        self.layers = layers
+        self.norm = norm
+        self.lm_head = lm_head  # [V, hidden]; may be the embedding (tied)
+
+    @classmethod
+    def from_hf(cls, hf_model, make_linear: MakeLinear | None = None) -> "LlamaDecoder":
+        """On a loaded transformers model's weights, with its own rotary module."""
         make_linear = make_linear or linear_factory("aten")
-        config = hf_model.config
-        self.num_heads = config.num_attention_heads
-        self.num_kv_heads = getattr(config, "num_key_value_heads", None) or self.num_heads
-        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.num_heads
-        self.eps = config.rms_norm_eps
-        self.act = ACT2FN[config.hidden_act]
-        decoder = hf_model.model
-        self.embed = decoder.embed_tokens.weight  # [V, hidden]
-        self.rotary = decoder.rotary_emb  # HF module: honours the config's rope parameters
-        self.layers = [LlamaLayer.from_hf(layer, make_linear) for layer in decoder.layers]
-        self.norm = decoder.norm.weight
-        self.lm_head = make_linear(hf_model.lm_head.weight, None)  # [V, hidden]; may be the embedding (tied)
+        config, decoder = hf_model.config, hf_model.model
+        num_heads = config.num_attention_heads
+        return cls(
+            num_heads=num_heads, num_kv_heads=getattr(config, "num_key_value_heads", None) or num_heads,
+            head_dim=getattr(config, "head_dim", None) or config.hidden_size // num_heads,
+            eps=config.rms_norm_eps, act=activation(config.hidden_act), rotary=decoder.rotary_emb,
+            embed=decoder.embed_tokens.weight,
+            layers=[LlamaLayer.from_hf(layer, make_linear) for layer in decoder.layers],
+            norm=decoder.norm.weight, lm_head=make_linear(hf_model.lm_head.weight, None),
+        )
+
+    @classmethod
+    def from_checkpoint(cls, config: LlamaDecoderConfig, weights: CheckpointWeights,
+                        make_linear: MakeLinear | None = None) -> "LlamaDecoder":
+        """Straight from the safetensors files; the LM head is the embedding when tied or absent."""
+        make_linear = make_linear or linear_factory("aten")
+        base = weights.prefix("embed_tokens.weight", ("model.", ""))
+        hidden, vocab = config.hidden_size, config.vocab_size
+        embed = weights.tensor(base + "embed_tokens.weight", (vocab, hidden))
+        # The head before the layers: a backend that repacks it holds it twice for a moment, best while little
+        # else is loaded; its own allocation (not the reused projection buffer) is freed once it is packed.
+        tied = config.tie_word_embeddings or "lm_head.weight" not in weights
+        lm_head = make_linear(embed if tied else weights.tensor("lm_head.weight", (vocab, hidden)), None)
+        layers = [LlamaLayer.from_checkpoint(weights, f"{base}layers.{i}.", config, make_linear)
+                  for i in range(config.num_hidden_layers)]
+        return cls(
+            num_heads=config.num_attention_heads, num_kv_heads=config.num_key_value_heads, head_dim=config.head_dim,
+            eps=config.rms_norm_eps, act=activation(config.hidden_act),
+            rotary=Rotary.from_parameters(config.rope_parameters, config.head_dim, config.max_position_embeddings,
+                                          weights.device),
+            embed=embed, layers=layers, norm=weights.tensor(base + "norm.weight", (hidden,)), lm_head=lm_head,
+        )
 
     @property
     def num_layers(self) -> int:

@@ -1,0 +1,167 @@
+"""The settings of a model's config.json that the native decoders use, read without transformers.
+
+Each field takes the default transformers' config class gives it when
+config.json leaves it out (they differ by family: Mistral's sliding window is
+4096 unless set, Qwen2's is off unless ``use_sliding_window``). RoPE parameters
+are standardized as transformers does (``rope_scaling`` or ``rope_parameters``;
+``type`` -> ``rope_type``; a top-level ``rope_theta``), so ``check_supported``
+reads them alike from either config.
+
+A config this module cannot take as it stands raises ``NeedsTransformers``; the
+worker then loads the model through transformers, as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ...errors import ModelLoadError
+
+LLAMA_FAMILY = ("llama", "mistral", "qwen2")
+_SCALED_ROPE = ("llama3", "yarn", "longrope")  # those that read original_max_position_embeddings
+# Per family: what transformers' config class assumes when config.json is silent.
+_LLAMA_DEFAULTS = {
+    "llama": dict(num_key_value_heads=None, max_position_embeddings=2048, sliding_window=None,
+                  use_sliding_window=False),
+    "mistral": dict(num_key_value_heads=8, max_position_embeddings=4096 * 32, sliding_window=4096,
+                    use_sliding_window=True),
+    "qwen2": dict(num_key_value_heads=32, max_position_embeddings=32768, sliding_window=4096,
+                  use_sliding_window=False),
+}
+_LLAMA_REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+_OPT_REQUIRED = ("vocab_size", "hidden_size", "ffn_dim", "num_hidden_layers", "num_attention_heads")
+
+
+class NeedsTransformers(Exception):
+    """This model is one of ours, but only transformers' own loading handles it; the text says why."""
+
+
+@dataclass(frozen=True)
+class LlamaDecoderConfig:
+    model_type: str  # llama, mistral or qwen2
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    hidden_act: str
+    rms_norm_eps: float
+    max_position_embeddings: int
+    rope_parameters: dict = field(hash=False)  # rope_type, rope_theta and the type's own keys
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    tie_word_embeddings: bool = False
+    sliding_window: int | None = None
+    use_sliding_window: bool = False
+
+    def __post_init__(self) -> None:
+        _require_positive(self, "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                          "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ModelLoadError(f"num_attention_heads ({self.num_attention_heads}) is not a multiple of "
+                                 f"num_key_value_heads ({self.num_key_value_heads})")
+
+    @classmethod
+    def from_json(cls, raw: dict) -> "LlamaDecoderConfig":
+        model_type = raw["model_type"]
+        _require_keys(raw, _LLAMA_REQUIRED)
+        defaults = _LLAMA_DEFAULTS[model_type]
+        heads = raw["num_attention_heads"]
+        use_window = bool(raw.get("use_sliding_window", defaults["use_sliding_window"]))
+        window = raw.get("sliding_window", defaults["sliding_window"])
+        max_positions = raw.get("max_position_embeddings", defaults["max_position_embeddings"])
+        attention_bias = model_type == "llama" and bool(raw.get("attention_bias", False))
+        return cls(
+            model_type=model_type, vocab_size=raw["vocab_size"], hidden_size=raw["hidden_size"],
+            intermediate_size=raw["intermediate_size"], num_hidden_layers=raw["num_hidden_layers"],
+            num_attention_heads=heads,
+            num_key_value_heads=raw.get("num_key_value_heads", defaults["num_key_value_heads"]) or heads,
+            head_dim=raw.get("head_dim") or raw["hidden_size"] // heads,
+            hidden_act=raw.get("hidden_act", "silu"), rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+            max_position_embeddings=max_positions, rope_parameters=rope_parameters(raw, max_positions),
+            qkv_bias=model_type == "qwen2" or attention_bias, o_bias=attention_bias,
+            mlp_bias=model_type == "llama" and bool(raw.get("mlp_bias", False)),
+            tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+            sliding_window=window if use_window or model_type != "qwen2" else None,
+            use_sliding_window=use_window,
+        )
+
+
+@dataclass(frozen=True)
+class OPTDecoderConfig:
+    vocab_size: int
+    hidden_size: int
+    ffn_dim: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    max_position_embeddings: int = 2048
+    word_embed_proj_dim: int | None = None  # None: hidden_size
+    do_layer_norm_before: bool = True
+    remove_final_layer_norm: bool = False
+    activation_function: str = "relu"
+    enable_bias: bool = True
+    layer_norm_elementwise_affine: bool = True
+    tie_word_embeddings: bool = True
+    model_type: str = "opt"
+
+    def __post_init__(self) -> None:
+        _require_positive(self, "vocab_size", "hidden_size", "ffn_dim", "num_hidden_layers", "num_attention_heads",
+                          "max_position_embeddings")
+        if self.hidden_size % self.num_attention_heads:
+            raise ModelLoadError(f"hidden_size ({self.hidden_size}) is not a multiple of "
+                                 f"num_attention_heads ({self.num_attention_heads})")
+
+    @property
+    def word_dim(self) -> int:
+        return self.word_embed_proj_dim or self.hidden_size
+
+    @classmethod
+    def from_json(cls, raw: dict) -> "OPTDecoderConfig":
+        _require_keys(raw, _OPT_REQUIRED)
+        names = {"max_position_embeddings", "word_embed_proj_dim", "do_layer_norm_before", "activation_function",
+                 "enable_bias", "layer_norm_elementwise_affine", "tie_word_embeddings", *_OPT_REQUIRED}
+        settings = {name: raw[name] for name in names if name in raw}
+        return cls(remove_final_layer_norm=bool(raw.get("_remove_final_layer_norm", False)), **settings)
+
+
+DecoderConfig = LlamaDecoderConfig | OPTDecoderConfig
+
+
+def decoder_config(raw: dict) -> DecoderConfig:
+    """The typed config of one of our families (``raw["model_type"]`` must be one)."""
+    if raw["model_type"] == "opt":
+        return OPTDecoderConfig.from_json(raw)
+    return LlamaDecoderConfig.from_json(raw)
+
+
+def rope_parameters(raw: dict, max_positions: int) -> dict:
+    """config.json's RoPE settings as transformers standardizes them (flat, one set for every layer)."""
+    params = raw.get("rope_scaling") or raw.get("rope_parameters") or {}
+    if not isinstance(params, dict) or any(isinstance(value, dict) for value in params.values()):
+        raise NeedsTransformers("its RoPE parameters differ by layer type")
+    params = dict(params)
+    params.setdefault("rope_theta", raw.get("rope_theta", 10000.0))
+    if raw.get("partial_rotary_factor") is not None:
+        params.setdefault("partial_rotary_factor", raw["partial_rotary_factor"])
+    params.setdefault("rope_type", params.get("type", "default"))
+    if params["rope_type"] in _SCALED_ROPE:
+        if "original_max_position_embeddings" in raw:  # Phi3-style: the top-level value wins
+            params["original_max_position_embeddings"] = raw["original_max_position_embeddings"]
+        params.setdefault("original_max_position_embeddings", max_positions)
+    return params
+
+
+def _require_keys(raw: dict, names: tuple[str, ...]) -> None:
+    missing = [name for name in names if raw.get(name) is None]
+    if missing:
+        raise NeedsTransformers(f"config.json does not set {', '.join(missing)}")
+
+
+def _require_positive(config, *names: str) -> None:
+    for name in names:
+        value = getattr(config, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ModelLoadError(f"config.json: {name} must be a positive integer, not {value!r}")

@@ -1,0 +1,106 @@
+"""config.json read without transformers gives the values transformers' config classes give."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from transformers import AutoConfig, LlamaConfig, MistralConfig, OPTConfig, Qwen2Config
+
+from llm_byoc.errors import ModelLoadError
+from llm_byoc.worker.models import check_supported, native_unsupported
+from llm_byoc.worker.models.config import (
+    LlamaDecoderConfig,
+    NeedsTransformers,
+    OPTDecoderConfig,
+    decoder_config,
+)
+
+SMALL = dict(vocab_size=384, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
+HF_CONFIGS = {
+    "llama": LlamaConfig(**SMALL),
+    "llama-gqa-tied-biases": LlamaConfig(**SMALL, num_key_value_heads=2, tie_word_embeddings=True,
+                                         attention_bias=True, mlp_bias=True, rms_norm_eps=1e-5, head_dim=32),
+    "mistral-default-window": MistralConfig(**SMALL, num_key_value_heads=4),
+    "mistral-no-window": MistralConfig(**SMALL, num_key_value_heads=2, sliding_window=None, hidden_act="gelu"),
+    "qwen2": Qwen2Config(**SMALL, num_key_value_heads=4),
+    "qwen2-window": Qwen2Config(**SMALL, num_key_value_heads=2, use_sliding_window=True, sliding_window=64,
+                                max_window_layers=0),
+}
+OPT_CONFIGS = {
+    "opt": OPTConfig(vocab_size=384, hidden_size=64, ffn_dim=128, num_hidden_layers=2, num_attention_heads=4),
+    "opt-350m-like": OPTConfig(vocab_size=384, hidden_size=64, ffn_dim=128, num_hidden_layers=2, num_attention_heads=4,
+                               word_embed_proj_dim=32, do_layer_norm_before=False, tie_word_embeddings=False,
+                               enable_bias=False, layer_norm_elementwise_affine=False, activation_function="gelu"),
+}
+
+
+def _round_trip(hf_config, tmp_path):
+    """(transformers' config, ours) read back from the config.json transformers writes (its defaults left out)."""
+    hf_config.save_pretrained(tmp_path)
+    raw = json.loads((tmp_path / "config.json").read_text())
+    return AutoConfig.from_pretrained(str(tmp_path)), decoder_config(raw), raw
+
+
+@pytest.mark.parametrize("name", sorted(HF_CONFIGS))
+def test_llama_family_fields_match_transformers(name, tmp_path):
+    hf, ours, _ = _round_trip(HF_CONFIGS[name], tmp_path)
+    assert isinstance(ours, LlamaDecoderConfig)
+    for field in ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                  "num_attention_heads", "num_key_value_heads", "hidden_act", "rms_norm_eps",
+                  "max_position_embeddings", "rope_parameters", "tie_word_embeddings", "sliding_window"):
+        assert getattr(ours, field) == getattr(hf, field, None), field
+    assert ours.head_dim == (getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads)
+    assert ours.qkv_bias == (hf.model_type == "qwen2" or getattr(hf, "attention_bias", False))
+    assert ours.mlp_bias == getattr(hf, "mlp_bias", False)
+
+
+@pytest.mark.parametrize("name", sorted(OPT_CONFIGS))
+def test_opt_fields_match_transformers(name, tmp_path):
+    hf, ours, _ = _round_trip(OPT_CONFIGS[name], tmp_path)
+    assert isinstance(ours, OPTDecoderConfig)
+    for field in ("vocab_size", "hidden_size", "ffn_dim", "num_hidden_layers", "num_attention_heads",
+                  "max_position_embeddings", "do_layer_norm_before", "activation_function", "enable_bias",
+                  "layer_norm_elementwise_affine", "tie_word_embeddings"):
+        assert getattr(ours, field) == getattr(hf, field), field
+    assert ours.word_dim == hf.word_embed_proj_dim and ours.remove_final_layer_norm == hf._remove_final_layer_norm
+
+
+@pytest.mark.parametrize("name", sorted(HF_CONFIGS))
+def test_check_supported_judges_ours_as_it_judges_transformers(name, tmp_path):
+    hf, ours, _ = _round_trip(HF_CONFIGS[name], tmp_path)
+    for max_len in (64, 128, 8192):
+        outcomes = []
+        for config in (hf, ours):
+            try:
+                check_supported(config, max_len)
+                outcomes.append(None)
+            except ModelLoadError as exc:
+                outcomes.append(str(exc))
+        assert outcomes[0] == outcomes[1], (max_len, outcomes)
+
+
+def test_per_batch_rope_is_refused_from_our_config(tmp_path):
+    _, ours, _ = _round_trip(LlamaConfig(**SMALL, rope_parameters={"rope_type": "dynamic", "factor": 2.0}), tmp_path)
+    with pytest.raises(ModelLoadError, match="rope type 'dynamic'"):
+        check_supported(ours, 256)
+
+
+def test_what_sends_a_model_through_transformers(tmp_path):
+    _, ours, raw = _round_trip(LlamaConfig(**SMALL), tmp_path)
+    assert native_unsupported(ours, raw, trust_remote_code=False) is None
+    assert "quantized" in native_unsupported(ours, dict(raw, quantization_config={"quant_method": "gptq"}), False)
+    assert native_unsupported(ours, dict(raw, auto_map={"AutoModelForCausalLM": "m.M"}), False) is None
+    assert "auto_map" in native_unsupported(ours, dict(raw, auto_map={"AutoModelForCausalLM": "m.M"}), True)
+    gelu_new = decoder_config(dict(raw, hidden_act="gelu_new"))
+    assert "'gelu_new'" in native_unsupported(gelu_new, raw, False)
+    with pytest.raises(NeedsTransformers, match="does not set hidden_size"):
+        decoder_config({k: v for k, v in raw.items() if k != "hidden_size"})
+
+
+def test_a_malformed_value_is_a_load_error():
+    raw = dict(SMALL, model_type="llama", num_key_value_heads=3)
+    with pytest.raises(ModelLoadError, match="not a multiple of num_key_value_heads"):
+        decoder_config(raw)
+    with pytest.raises(ModelLoadError, match="num_hidden_layers must be a positive integer"):
+        decoder_config(dict(SMALL, model_type="llama", num_hidden_layers="2"))
