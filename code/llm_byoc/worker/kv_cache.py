@@ -85,8 +85,9 @@ class PagedKVCache:
             raise ModelLoadError(f"cannot allocate the KV cache ({num_blocks} blocks of {block_size}): {exc}") from None
         self.commit = commit if device.type == "cpu" else "load"  # elsewhere the allocation itself commits
         if self.commit != "lazy" and device.type == "cpu" and huge_pages:
+            head = huge_page_size() if self.commit == "ahead" else 0  # kv_commit.py: the head is written in 4 KiB pages
             for layer in self.k + self.v:
-                advise_huge_pages(layer)
+                advise_huge_pages(layer, skip=head)
         if self.commit == "load" and device.type == "cpu":
             self._commit_all(huge_pages)
         else:
@@ -168,14 +169,15 @@ def _madvise():
     return madvise
 
 
-def advise_huge_pages(tensor: torch.Tensor) -> bool:
-    """Ask the kernel to back the huge-page-aligned interior of a CPU tensor's memory, not yet
-    touched, with transparent huge pages. False where it cannot be asked (not Linux, too small)."""
+def advise_huge_pages(tensor: torch.Tensor, skip: int = 0) -> bool:
+    """Ask the kernel to back the huge-page-aligned interior of a CPU tensor's memory (past its first
+    ``skip`` bytes), not yet touched, with transparent huge pages. False where it cannot be asked (not
+    Linux, too small)."""
     advice = getattr(mmap, "MADV_HUGEPAGE", None)  # Linux only
     if advice is None or tensor.device.type != "cpu":
         return False
     size = huge_page_size()
-    start = tensor.data_ptr()
+    start = tensor.data_ptr() + skip
     end = start + tensor.numel() * tensor.element_size()
     lo, hi = -(-start // size) * size, end // size * size
     return hi > lo and _madvise()(lo, hi - lo, advice) == 0

@@ -17,7 +17,10 @@ highest block the step uses; a step that reaches past the frontier (a burst
 faster than the thread) waits until the thread has got there. A chunk is one
 huge page of each layer's keys and values (the pool's tensors start on a huge
 page boundary; where they are advised huge pages, writing less would commit a
-whole huge page anyway), and at least 16 MiB in all.
+whole huge page anyway), and at least 16 MiB in all. The first huge page of
+each tensor is left to 4 KiB pages and written ``HEAD_CHUNK_BYTES`` at a time,
+so that a pool at rest holds a few MiB (SmolLM2-135M: 15 MiB, 336 tokens)
+rather than a huge page per layer (120 MiB).
 
 Each quarter of the pool that becomes resident is logged, with the time since
 load, so the load log says what was reserved and when it became resident.
@@ -35,6 +38,7 @@ from .kv_cache import PagedKVCache, huge_page_size
 log = logging.getLogger(__name__)
 
 MIN_CHUNK_BYTES = 16 << 20
+HEAD_CHUNK_BYTES = 256 << 10  # per tensor, within its first huge page (4 KiB pages there)
 LOWEST_PRIORITY = 19
 
 
@@ -43,6 +47,7 @@ class KVCommitter:
         self._cache = cache
         tensors = 2 * len(cache.k)
         page = huge_page_size()
+        self._page = page
         self.chunk_bytes = max(page, -(-MIN_CHUNK_BYTES // max(tensors, 1) // page) * page)  # per tensor
         self._cond = threading.Condition()
         self._committed = 0  # bytes of each tensor written (the null block was written by the pool)
@@ -67,7 +72,7 @@ class KVCommitter:
         """Commit the first chunk now (the first requests' blocks), then go on in the background."""
         self._commit_chunk()
         log.info("KV cache: reserved %.2f GiB, %.2f GiB of it resident now; the rest is written ahead of use "
-                 "in the background, %.0f MiB at a time (LLM_BYOC_KV_CACHE_COMMIT=load commits it all at load)",
+                 "in the background, up to %.0f MiB at a time (LLM_BYOC_KV_CACHE_COMMIT=load commits it all at load)",
                  self._cache.total_bytes / 1024**3, self.resident_bytes / 1024**3,
                  self.chunk_bytes * 2 * len(self._cache.k) / 1024**2)
         if self._frontier < self._cache.num_blocks:
@@ -83,9 +88,16 @@ class KVCommitter:
                 self.waits += 1
                 self._cond.wait_for(lambda: highest_block < self._frontier)
 
+    def _chunk_end(self, start: int) -> int:
+        """Where the chunk that starts at byte ``start`` of each tensor ends."""
+        step = HEAD_CHUNK_BYTES if start < self._page else self.chunk_bytes
+        end = start + step if start >= self._page else min(self._page, start + step)
+        return min(self._cache.tensor_bytes, end)
+
     def _behind(self) -> bool:
-        """Whether the frontier is at most half a chunk past the high-water mark (and the pool not all written)."""
-        margin = self.chunk_bytes // max(self._cache.block_bytes, 1) // 2
+        """Whether the frontier is at most half the next chunk past the high-water mark (and the pool not
+        all written)."""
+        margin = (self._chunk_end(self._committed) - self._committed) // max(self._cache.block_bytes, 1) // 2
         return self._frontier < self._cache.num_blocks and self._frontier - self._high_water <= margin
 
     def _run(self) -> None:
@@ -103,7 +115,7 @@ class KVCommitter:
         """Write the next chunk of every tensor (one thread at a time: the loader, then the committer's);
         False once the pool is all written."""
         start = self._committed
-        end = min(self._cache.tensor_bytes, start + self.chunk_bytes)
+        end = self._chunk_end(start)
         if end <= start:
             return False
         self._cache.write_zeros(start, end)
