@@ -46,11 +46,12 @@ RUN if [ "$DEVICE" = cuda ]; then \
                 "$TORCH_DIR"/lib/libjitbackend_test.so "$TORCH_DIR"/lib/libtorchbind_test.so \
                 "$TORCH_DIR"/lib/libbackend_with_compiler.so \
       && find "$TORCH_DIR/bin" -mindepth 1 -maxdepth 1 ! -name torch_shm_manager -exec rm -rf {} + \
+      && find "$TORCH_DIR" -name '*.pyi' -delete \
       && python -c "import torch; torch.ones(2) @ torch.ones(2)"; \
     fi
 # ^ CPU image: what serving never loads: C++ test binaries (torch/test, torch/bin but
 #   torch_shm_manager, which `import torch` looks for), C++ headers for building extensions
-#   (torch/include) and test libraries: ~195 MB of the CPU wheel; the last line proves torch still
+#   (torch/include), test libraries and type stubs (*.pyi): ~180 MB of the CPU wheel; the last line proves torch still
 #   imports and computes. The GPU image keeps them (torch.compile's code generation needs the headers).
 
 # The package alone (no dev/test extras), from a throwaway copy of the source.
