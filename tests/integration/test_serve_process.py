@@ -124,19 +124,25 @@ def test_sigterm_lets_the_inflight_stream_finish_then_exits_0(server):
     assert events[-1]["details"]["generated_tokens"] == 150, events[-1]
 
 
+def _ping_until_exit(server, timeout_s: float, interval_s: float) -> set:
+    """The /ping statuses ("refused" for no connection) seen until serve exits or ``timeout_s`` passes."""
+    statuses = set()
+    deadline = time.monotonic() + timeout_s
+    while server.proc.poll() is None and time.monotonic() < deadline:
+        try:
+            statuses.add(requests.get(f"{server.url}/ping", timeout=2).status_code)
+        except requests.ConnectionError:
+            statuses.add("refused")
+        time.sleep(interval_s)
+    return statuses
+
+
 def test_engine_death_fails_ping_and_serve_exits_non_zero(tiny_llama_dir, tmp_path):
     server = Server(tiny_llama_dir, tmp_path / "serve.log")
     try:
         wait_for_ping(server.url, STARTUP_S, server.proc)
         os.kill(server.engine_pid(), signal.SIGKILL)
-        statuses = set()
-        deadline = time.monotonic() + 30
-        while server.proc.poll() is None and time.monotonic() < deadline:
-            try:
-                statuses.add(requests.get(f"{server.url}/ping", timeout=2).status_code)
-            except requests.ConnectionError:
-                statuses.add("refused")
-            time.sleep(0.05)
+        statuses = _ping_until_exit(server, 30, 0.05)
         assert server.proc.wait(60) != 0, server.log()
         assert statuses and statuses <= {503, "refused", 200}
         assert statuses - {200}, "ping kept saying 200"
@@ -151,14 +157,7 @@ def test_a_start_up_adapter_that_cannot_be_registered_fails_serve_with_the_reaso
     (broken / "adapter_config.json").write_text('{"peft_type": "PREFIX_TUNING"}')
     server = Server(tiny_llama_dir, tmp_path / "serve.log", LLM_BYOC_ADAPTERS_DIR=str(broken.parent))
     try:
-        statuses = set()
-        deadline = time.monotonic() + STARTUP_S
-        while server.proc.poll() is None and time.monotonic() < deadline:
-            try:
-                statuses.add(requests.get(f"{server.url}/ping", timeout=2).status_code)
-            except requests.ConnectionError:
-                statuses.add("refused")
-            time.sleep(0.2)
+        statuses = _ping_until_exit(server, STARTUP_S, 0.2)
         assert server.proc.wait(60) == 1, server.log()
         assert 200 not in statuses
         log = server.log()
