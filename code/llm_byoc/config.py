@@ -317,7 +317,7 @@ def parse_memory_budget(raw: str, total_bytes: int) -> int:
 
 @dataclass(frozen=True)
 class TritonConfig:
-    """Triton Inference Server as the multi-model backend (see ``llm_byoc/triton``)."""
+    """Triton Inference Server as the multi-model backend (see ``llm_byoc/multimodel/triton``)."""
 
     server: str = ""  # the tritonserver binary; "": on PATH, else the one in nvidia-pytriton
     repository: str = "/tmp/llm_byoc_triton"  # the model repository our layer writes

@@ -28,8 +28,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO
 
-SAGEMAKER_INFERENCE_ID_HEADER = "X-Amzn-SageMaker-Inference-Id"
-REQUEST_ID_HEADER = "X-Request-Id"
+from .contract import INFERENCE_ID_HEADER, REQUEST_ID_HEADER
+
 _MAX_ID_LEN = 128
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:\-]+$")
 # LogRecord attributes that are not "extra" fields.
@@ -61,7 +61,7 @@ def _clean(value: str | None) -> str | None:
 
 def context_from_headers(headers: Mapping[str, str]) -> RequestContext:
     """SageMaker inference id if given, else X-Request-Id, else a new id."""
-    inference_id = _clean(headers.get(SAGEMAKER_INFERENCE_ID_HEADER))
+    inference_id = _clean(headers.get(INFERENCE_ID_HEADER))
     if inference_id:
         return RequestContext(inference_id, inference_id)
     return RequestContext(_clean(headers.get(REQUEST_ID_HEADER)) or uuid.uuid4().hex)

@@ -18,6 +18,7 @@ import requests
 
 from docker_helpers import docker, make_readable, running_container, stop_and_exit_code
 from fixtures.adapters import make_adapter
+from fixtures.sse_events import sse_payloads
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -36,16 +37,6 @@ def container(image, tiny_llama_dir):
     env = {"LLM_BYOC_NUM_THREADS": "1"}
     with running_container(image, (model_dir, "/opt/ml/model"), env, "llm-byoc-e2e") as started:
         yield started
-
-
-def sse_payloads(response: requests.Response) -> list:
-    events = []
-    for line in response.iter_lines(decode_unicode=True):
-        if line:
-            assert line.startswith("data: "), line
-            data = line[6:]
-            events.append(data if data == "[DONE]" else json.loads(data))
-    return events
 
 
 def invoke(url: str, body: dict, stream: bool = False) -> requests.Response:

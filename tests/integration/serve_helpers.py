@@ -1,8 +1,8 @@
-"""Helpers for tests that run the real server: `serve` as a subprocess, free ports, SSE over HTTP, child processes."""
+"""Helpers for tests that run the real server: `serve` as a subprocess, free ports, child processes
+(streams are read with ``fixtures.sse_events``)."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -53,18 +53,6 @@ def started(server: "Server", consecutive: int = 3) -> "Server":
         server.stop()
         raise AssertionError(server.log()) from None
     return server
-
-
-def sse_payloads(response: requests.Response) -> list:
-    """The events of a streamed response, read as they arrive."""
-    events = []
-    for line in response.iter_lines(decode_unicode=True):
-        if not line:
-            continue
-        assert line.startswith("data: "), line
-        data = line[len("data: "):]
-        events.append(data if data == "[DONE]" else json.loads(data))
-    return events
 
 
 def children_of(pid: int) -> dict[int, str]:

@@ -19,6 +19,7 @@ import time
 
 import pytest
 import requests
+from fixtures.sse_events import iter_sse_payloads
 from serve_helpers import Server, fake_serve, started
 
 pytestmark = pytest.mark.slow
@@ -74,9 +75,8 @@ class Stream(threading.Thread):
         try:
             with requests.post(f"{self.url}/invocations", json=self.body, stream=True, timeout=60) as response:
                 self.status = response.status_code
-                for line in response.iter_lines():
-                    if line:
-                        self.events.append(json.loads(line.decode()[len("data: "):]))
+                for event in iter_sse_payloads(response.iter_content(chunk_size=None)):
+                    self.events.append(event)
         except requests.RequestException:
             self.cut = True
 

@@ -19,6 +19,7 @@ import pytest
 import requests
 from hypothesis import given
 from hypothesis import strategies as st
+from fixtures.sse_events import sse_payloads
 from serve_helpers import free_port, stop_process, wait_for_ping
 
 from llm_byoc.api.serve import OVERFLOW_CONNECTIONS, WORKER_CLASS
@@ -131,7 +132,7 @@ def test_ping_is_answered_at_once_while_every_thread_streams(server):
 
     def stream(_):
         with requests.post(f"{server.url}/invocations", json=body, stream=True, timeout=30) as response:
-            return response.status_code, sum(1 for _ in response.iter_lines() if _)
+            return response.status_code, len(sse_payloads(response))
 
     with ThreadPoolExecutor(MAX_CONNECTIONS - 2) as pool:
         futures = [pool.submit(stream, i) for i in range(MAX_CONNECTIONS - 2)]

@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "multimodel"))
 
-from llm_byoc.multimodel.bench_backends import run_backends
+from llm_byoc.bench.multimodel_backends import run_backends
 from mme_tiny_models import build_tiny_onnx, png_bytes
 
 pytestmark = pytest.mark.slow
@@ -22,7 +22,7 @@ def _sample(name: str):
 @pytest.mark.parametrize("backend", ["native", "triton"])
 def test_figures_for_one_model(tmp_path, backend):
     if backend == "triton":
-        from llm_byoc.triton.server import TritonUnavailable, find_install
+        from llm_byoc.multimodel.triton.server import TritonUnavailable, find_install
 
         try:
             find_install()

@@ -22,7 +22,8 @@ from llm_byoc.multimodel.demo_repository import (
     build_demo_repository,
     drawn_test_image,
 )
-from llm_byoc.multimodel.routes import TARGET_MODEL_HEADER, model_manager, register_multi_model_routes
+from llm_byoc.api.multimodel_routes import model_manager, register_multi_model_routes
+from llm_byoc.contract import TARGET_MODEL_HEADER
 
 pytestmark = [
     pytest.mark.slow,

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fixtures.triton_server import free_port, running_triton, triton_config
 from llm_byoc.api.errors import register_error_handlers
 from llm_byoc.config import EngineConfig, MultiModelConfig
-from llm_byoc.multimodel.routes import model_manager, register_multi_model_routes
+from llm_byoc.api.multimodel_routes import model_manager, register_multi_model_routes
 from mme_tiny_models import build_tiny_embedder, build_tiny_onnx, png_bytes
 from serve_helpers import wait_for_ping
 
@@ -64,7 +64,7 @@ def _unknown_op_onnx(dest: Path) -> None:
 
 
 def make_app(root: Path, triton, **overrides):
-    from llm_byoc.triton.factory import TritonWorkerFactory
+    from llm_byoc.multimodel.triton.factory import TritonWorkerFactory
 
     app = Flask("mme-triton")
     register_error_handlers(app)
@@ -113,15 +113,15 @@ def test_dynamic_batching_runs_concurrent_requests_together(root, triton):
     try:
         texts = ["hello world", "good movie", "bad movie", "the movie is great"]
         single = client.post("/models/emb/invoke", json={"inputs": texts}).json["embeddings"]
-        factory_client = manager._factory.client
-        before = factory_client.statistics("emb")
+        factory_grpc = manager._factory.grpc
+        before = factory_grpc.statistics("emb")
         with ThreadPoolExecutor(8) as pool:
             answers = list(pool.map(lambda i: client.post("/models/emb/invoke", json={"inputs": texts}), range(8)))
         assert all(a.status_code == 200 for a in answers)
         for answer in answers:  # batched or not, each text gets its own embedding back
             for got, want in zip(answer.json["embeddings"], single):
                 assert max(abs(x - y) for x, y in zip(got, want)) < 1e-4
-        after = factory_client.statistics("emb")
+        after = factory_grpc.statistics("emb")
         inferences = after["inference_count"] - before["inference_count"]
         executions = after["execution_count"] - before["execution_count"]
         assert inferences == 32 and executions < inferences, (inferences, executions)
@@ -132,7 +132,7 @@ def test_dynamic_batching_runs_concurrent_requests_together(root, triton):
 def test_a_stub_that_never_starts_is_a_5xx_within_the_load_timeout(root, tmp_path):
     config = triton_config(tmp_path, load_timeout_s=5)
     backends = Path(f"{config.repository}.backends")
-    from llm_byoc.triton.server import find_install
+    from llm_byoc.multimodel.triton.server import find_install
 
     try:
         install = find_install()
@@ -211,7 +211,7 @@ class Serve:
 
 
 def _skip_without_triton() -> None:
-    from llm_byoc.triton.server import TritonUnavailable, find_install
+    from llm_byoc.multimodel.triton.server import TritonUnavailable, find_install
 
     try:
         find_install()

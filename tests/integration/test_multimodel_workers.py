@@ -32,7 +32,7 @@ from llm_byoc.config import EngineConfig, MultiModelConfig
 from llm_byoc.errors import EngineDead
 from llm_byoc.multimodel.messages import InvokeRequest
 from llm_byoc.multimodel.model_engine import ProcessWorkerFactory
-from llm_byoc.multimodel.routes import model_manager, register_multi_model_routes
+from llm_byoc.api.multimodel_routes import model_manager, register_multi_model_routes
 from llm_byoc.multimodel.store import describe_model
 from llm_byoc.multimodel.model_process import ModelProcess
 from fixtures.triton_server import running_triton, triton_config
@@ -73,7 +73,7 @@ def backend(request) -> MultiModelConfig:
 class CountingFactory:
     def __init__(self, config: MultiModelConfig):
         if config.backend == "triton":
-            from llm_byoc.triton.factory import TritonWorkerFactory
+            from llm_byoc.multimodel.triton.factory import TritonWorkerFactory
 
             self.inner = TritonWorkerFactory.from_config(config)
         else:

@@ -8,7 +8,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from llm_byoc.errors import EngineDead, QueueFull
+from llm_byoc.errors import EngineDead
 from llm_byoc.multimodel import messages
 from llm_byoc.process import CallTimeout, Channel, WorkerHandle, WorkerStartFailed, get_context, serve_calls
 from llm_byoc.protocol import EngineState, Shutdown, WorkerFailure
@@ -85,7 +85,7 @@ def test_death_fails_every_pending_call_and_fires_on_dead_once():
 
 
 def test_a_late_call_times_out_and_the_worker_lives_on():
-    handle = start(max_pending=2)
+    handle = start()
     try:
         handle.wait_ready(30)
         with pytest.raises(CallTimeout):
@@ -93,9 +93,6 @@ def test_a_late_call_times_out_and_the_worker_lives_on():
         assert call(handle, 0, b"next")[1] == b"next"  # the late reply, when it comes, is dropped
         with ThreadPoolExecutor(2) as pool:
             busy = [pool.submit(call, handle, 0.5, b"busy") for _ in range(2)]
-            time.sleep(0.1)
-            with pytest.raises(QueueFull):
-                call(handle, 0, b"one too many")
             assert [f.result()[1] for f in busy] == [b"busy", b"busy"]
     finally:
         handle.stop(Shutdown())

@@ -10,7 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
-from serve_helpers import STARTUP_S, Server, children_of, sse_payloads, started, wait_for_ping
+from fixtures.sse_events import sse_payloads
+from serve_helpers import STARTUP_S, Server, children_of, started, wait_for_ping
 
 pytestmark = pytest.mark.slow
 

@@ -7,9 +7,8 @@ import threading
 
 import pytest
 from flask import Flask, Response, stream_with_context
+from llm_byoc.contract import INFERENCE_ID_HEADER, REQUEST_ID_HEADER
 from llm_byoc.logging_setup import (
-    REQUEST_ID_HEADER,
-    SAGEMAKER_INFERENCE_ID_HEADER,
     configure_logging,
     context_from_headers,
     current_request,
@@ -72,7 +71,7 @@ def test_configure_logging_is_idempotent_and_checks_the_level():
 
 
 def test_request_id_comes_from_sagemaker_then_x_request_id_then_a_new_one():
-    both = {SAGEMAKER_INFERENCE_ID_HEADER: "sm-123", REQUEST_ID_HEADER: "mine"}
+    both = {INFERENCE_ID_HEADER: "sm-123", REQUEST_ID_HEADER: "mine"}
     assert context_from_headers(both).request_id == "sm-123"
     assert context_from_headers(both).inference_id == "sm-123"
     only_ours = context_from_headers({REQUEST_ID_HEADER: "abc-1"})
@@ -94,7 +93,7 @@ def test_request_context_tags_lines_and_is_per_thread(log_stream):
     def other_thread():
         seen["other"] = current_request()
 
-    with request_context({SAGEMAKER_INFERENCE_ID_HEADER: "sm-9"}):
+    with request_context({INFERENCE_ID_HEADER: "sm-9"}):
         log.info("inside")
         thread = threading.Thread(target=other_thread)
         thread.start()
@@ -127,7 +126,7 @@ def make_app() -> Flask:
 
 def test_flask_requests_log_their_id_through_the_stream_and_an_access_line(log_stream):
     client = make_app().test_client()
-    response = client.post("/invocations", headers={SAGEMAKER_INFERENCE_ID_HEADER: "inf-1"})
+    response = client.post("/invocations", headers={INFERENCE_ID_HEADER: "inf-1"})
     assert response.get_data(as_text=True) == "data: 0\n\ndata: 1\n\n"
     assert response.headers[REQUEST_ID_HEADER] == "inf-1"
     response.close()

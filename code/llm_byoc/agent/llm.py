@@ -21,7 +21,7 @@ from typing import Any
 from ..client import EndpointClient, EndpointError, Session
 from .errors import AgentError, StructuredOutputUnsupported, ToolsUnsupported
 
-# The unknown fields named by the container's 400 (api/schemas.py reject_unknown).
+# The unknown fields named by the container's 400 (schemas/invocation.py reject_unknown).
 _UNSUPPORTED_FIELDS = re.compile(r"unsupported field\(s\) in ([^:]+): ([^;]*)")
 _TOOL_FIELDS = {"tools", "tool_choice", "tool_calls", "tool_call_id"}
 

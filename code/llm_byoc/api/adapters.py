@@ -20,12 +20,11 @@ from typing import Any
 
 from flask import Flask, jsonify, request
 
+from ..contract import ADAPTER_ALIAS_HEADER, ADAPTER_HEADER
 from ..errors import AdapterNotFound, InvalidRequest
+from ..schemas.invocation import opt_bool, reject_unknown, require_object
 from .body import read_json
-from .schemas import opt_bool, reject_unknown, require_object
 
-ADAPTER_HEADER = "X-Amzn-SageMaker-Adapter-Identifier"
-ADAPTER_ALIAS_HEADER = "X-Amzn-SageMaker-Adapter-Alias"
 REGISTER_FIELDS = ("name", "src", "preload", "pin")  # "pin" (in SageMaker's standard) is accepted; adapters in use are never evicted anyway
 
 

@@ -7,6 +7,8 @@
   GET  /execution-parameters  batch transform settings
   GET  /openapi.json          this API as an OpenAPI 3.1 document
 
+Multi-model mode (``create_multi_model_app``): the MME routes of ``api/multimodel_routes.py``.
+
 ``engine`` is anything with the LLMEngine front-end API (``health``, ``submit``,
 ``tokenizer``): an ``LLMEngine``, or the ``EngineLink`` the wsgi entry uses to
 reach the engine process. Errors are ``ServingError``s, turned into JSON by
@@ -25,24 +27,25 @@ from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from ..config import MultiModelConfig, ServerConfig
+from ..contract import CUSTOM_ATTRIBUTES_HEADER, REQUEST_ID_HEADER
 from ..errors import EngineDead, EngineNotReady, PayloadTooLarge, TooManyConnections
 from ..logging_setup import context_from_headers, reset_request_context, set_request_context
 from ..metrics import engine_refresher, register_metrics_route
 from ..protocol import EngineState, KVCacheStats, ModelInfo
+from ..schemas.invocation import ResponseContext
 from .adapters import register_adapter_routes
-from .admission import Deadline, SequenceGate
+from .admission import Deadline, sequence_gate
 from .client_watch import ClientWatch
 from .errors import error_response, register_error_handlers
 from .health import REFRESH_S, HealthCache
 from .http_worker import OVER_CAPACITY, set_io_timeouts
 from .invocations import CLIENT_SOCKET, InvocationRoute
-from .loop_admission import ADMISSION_EXTENSION, GateAdmission, PerModelAdmission
+from .loop_admission import ADMISSION_EXTENSION, LoopAdmission, generation_key
+from .multimodel_routes import register_multi_model_routes
 from .openai_routes import register_openai_routes
 from .openapi import register_openapi_route
 from .request_log import RequestLog
-from .schemas import ResponseContext
 
-CUSTOM_ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
 HEALTH_PATHS = ("/ping", "/health")  # answered even beyond the connection limit
 MIB = 1024 * 1024
 
@@ -57,9 +60,9 @@ def create_app(
     register_adapter_routes(app, engine, config.max_payload_bytes)
     model = _ModelFacts(engine, config.served_model_name)
     health = HealthCache(lambda: engine.health(), refresh_s=health_refresh_s)
-    gate = SequenceGate(capacity) if capacity else None
+    gate = sequence_gate(capacity) if capacity else None
     if gate is not None:  # the HTTP worker's event loop admits with it too (loop_admission.py)
-        app.extensions[ADMISSION_EXTENSION] = GateAdmission(gate)
+        app.extensions[ADMISSION_EXTENSION] = LoopAdmission(gate, generation_key)
     watch = ClientWatch()
     app.add_url_rule("/invocations", "invocations", InvocationRoute(engine, config, model, gate, watch), methods=["POST"])
     register_openai_routes(app, engine, config, model, gate, watch)
@@ -101,15 +104,9 @@ def kv_cache_json(kv: KVCacheStats) -> dict:
 
 def create_multi_model_app(config: ServerConfig, multi_model: MultiModelConfig) -> Flask:
     """SAGEMAKER_MULTI_MODEL=true: the multi-model routes own /ping and /invocations."""
-    from ..multimodel import register_multi_model_routes  # imported only in this mode
-
     app = _base_app(config)
     register_metrics_route(app)
     register_multi_model_routes(app, multi_model, invoke_timeout_s=float(config.timeout_s))
-    from ..multimodel.model_process import ModelProcess
-
-    # a model process takes ModelProcess.max_pending calls: the event loop refuses beyond that
-    app.extensions[ADMISSION_EXTENSION] = PerModelAdmission(ModelProcess.max_pending)
     return app
 
 
@@ -148,11 +145,11 @@ def _base_app(config: ServerConfig) -> Flask:
     def _finish_log(response: Response):
         request_log = g.get("request_log")
         if request_log is not None:
-            response.headers["X-Request-Id"] = request_log.request_id
+            response.headers[REQUEST_ID_HEADER] = request_log.request_id
             if not g.get("streaming"):
                 request_log.finish(response.status_code)
-        if CUSTOM_ATTRIBUTES in request.headers:  # passed through unchanged, as SageMaker expects
-            response.headers[CUSTOM_ATTRIBUTES] = request.headers[CUSTOM_ATTRIBUTES]
+        if CUSTOM_ATTRIBUTES_HEADER in request.headers:  # passed through unchanged, as SageMaker expects
+            response.headers[CUSTOM_ATTRIBUTES_HEADER] = request.headers[CUSTOM_ATTRIBUTES_HEADER]
         return response
 
     @app.teardown_request

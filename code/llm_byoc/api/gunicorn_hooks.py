@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from ..metrics import mark_process_dead
+
 
 def child_exit(server, worker) -> None:
     """A dead worker's Prometheus files stop counting toward live gauges."""
-    from ..metrics import mark_process_dead
-
     mark_process_dead(worker.pid)

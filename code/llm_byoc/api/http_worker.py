@@ -9,7 +9,7 @@ handling and changes five things:
 * **admission in the event loop** (``loop_admission.py``): a generation
   request is seen the moment its connection is readable (a new connection
   waits in the poller until its request arrives, not in a thread); room is
-  taken there (the app's ``SequenceGate``, or per model in multi-model mode)
+  taken there (the app's ``CapacityGate``: sequences, or invokes per model)
   and handed to the serving thread, and beyond capacity the loop writes the
   429 itself, so in a burst a refused client does not wait for the threads of
   the admitted ones;

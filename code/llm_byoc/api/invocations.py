@@ -1,7 +1,7 @@
 """``POST /invocations`` (and the OpenAI routes) in front of one engine: admit, submit, then answer or stream.
 
-Each route is an ``InvocationRoute`` with its own parser (``dispatch.py``);
-they share one ``SequenceGate`` and one ``ClientWatch``, so what follows holds
+Each route is an ``InvocationRoute`` with its own parser (``schemas/dispatch.py``);
+they share one ``CapacityGate`` and one ``ClientWatch``, so what follows holds
 for every generation route alike.
 
 One request, in order:
@@ -32,16 +32,16 @@ from flask import Response, g, jsonify, request, stream_with_context
 
 from ..config import ServerConfig
 from ..errors import ShuttingDown
+from ..schemas.dispatch import Parser, parse_invocation
+from ..schemas.sse import SSE_MIMETYPE, sse_headers
 from . import drain
 from .adapters import chosen_adapter
-from .admission import Deadline, SequenceGate, Ticket
+from .admission import CapacityGate, Deadline, Ticket
 from .body import read_json
 from .client_watch import ClientWatch
-from .dispatch import Parser, parse_invocation
 from .loop_admission import TICKET
 from .request_log import RequestLog
 from .sessions import answer_session_request, session_of, session_request
-from .sse import SSE_MIMETYPE, sse_headers
 from .streaming import stream_frames
 
 CLIENT_SOCKET = "gunicorn.socket"  # the connection's socket, in gunicorn's environ
@@ -78,7 +78,7 @@ class InFlight:
 
 
 class InvocationRoute:
-    def __init__(self, engine: Any, config: ServerConfig, model: Any, gate: SequenceGate | None, watch: ClientWatch,
+    def __init__(self, engine: Any, config: ServerConfig, model: Any, gate: CapacityGate | None, watch: ClientWatch,
                  parse: Parser = parse_invocation):
         self._engine = engine
         self._parse = parse

@@ -3,13 +3,14 @@ with a 429 before any thread is given to it.
 
 In a burst, every request's thread queues for the GIL behind the others: with
 400 requests at once on 2 cores the app took its admission decision (the
-``SequenceGate``) for the last of them about a second after they arrived, so a
+gate) for the last of them about a second after they arrived, so a
 refused client waited that long for its 429. The event loop sees each request
 the moment its connection becomes readable: it peeks at the request line (the
 bytes stay in the socket for the thread that serves the request), takes room
-for one sequence in the gate for a generation route (in multi-model mode:
-room among the invoked model's requests in flight, ``PerModelAdmission``),
-and hands the ticket to the serving thread (``environ[TICKET]``); when the
+in the app's ``CapacityGate`` (``admission.py``) for a generation route (one
+sequence), or in multi-model mode for an invoke (one among the invoked
+model's requests in flight), and hands the ticket to the serving thread
+(``environ[TICKET]``), whose route then takes no room of its own; when the
 gate is full it writes the 429 itself (the JSON shape and ``Retry-After`` the
 app's own 429 has), half-closes the connection and lets ``Draining`` read
 what the client still sends, so the answer is not lost to a reset.
@@ -22,11 +23,12 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
 from collections import deque
+from collections.abc import Callable
 
 from ..errors import QueueFull
+from .admission import ONE_KEY, CapacityGate, Ticket
 from .errors import RETRY_AFTER_S, error_json
 
 # The routes whose requests take room in the gate (InvocationRoute serves them all).
@@ -58,58 +60,24 @@ def invoked_model(path: str) -> str | None:
     return None
 
 
-class GateAdmission:
-    """Single-model mode: the generation routes take room in the app's ``SequenceGate``."""
+def generation_key(path: str) -> str | None:
+    """Single-model mode: a generation route takes room under the gate's one key."""
+    return ONE_KEY if path in GENERATION_ROUTES else None
 
-    def __init__(self, gate):
-        self._gate = gate
 
-    def reserve(self, path: str):
+class LoopAdmission:
+    """What the event loop admits with: the app's ``CapacityGate``, and the key a route takes
+    room under (``generation_key`` in single-model mode, ``invoked_model`` in multi-model mode;
+    None: the route admits the request itself)."""
+
+    def __init__(self, gate: CapacityGate, key_of: Callable[[str], str | None]):
+        self.gate = gate
+        self._key_of = key_of
+
+    def reserve(self, path: str) -> Ticket | None:
         """A ticket (its ``release`` idempotent), None for a path admitted elsewhere; QueueFull when full."""
-        return self._gate.reserve() if path in GENERATION_ROUTES else None
-
-
-class PerModelAdmission:
-    """Multi-model mode: at most ``capacity`` invokes of one model in flight (its process's
-    limit of pending calls); the ticket is given back when the request's thread is done."""
-
-    def __init__(self, capacity: int):
-        self.capacity = capacity
-        self._lock = threading.Lock()
-        self._counts: dict[str, int] = {}  # only models with requests in flight: bounded by them
-
-    def reserve(self, path: str):
-        name = invoked_model(path)
-        if name is None:
-            return None
-        with self._lock:
-            count = self._counts.get(name, 0)
-            if count >= self.capacity:
-                raise QueueFull(f"model {name!r} has {count} requests in flight, its limit; retry later")
-            self._counts[name] = count + 1
-        return _ModelTicket(self, name)
-
-    def in_flight(self, name: str) -> int:
-        with self._lock:
-            return self._counts.get(name, 0)
-
-    def _release(self, name: str) -> None:
-        with self._lock:
-            count = self._counts.get(name, 0) - 1
-            if count > 0:
-                self._counts[name] = count
-            else:
-                self._counts.pop(name, None)
-
-
-class _ModelTicket:
-    def __init__(self, admission: PerModelAdmission, name: str):
-        self._admission, self._name, self._held = admission, name, True
-
-    def release(self) -> None:
-        if self._held:
-            self._held = False
-            self._admission._release(self._name)
+        key = self._key_of(path)
+        return None if key is None else self.gate.reserve(key)
 
 
 def peek_route(sock: socket.socket) -> str | None:

@@ -17,16 +17,16 @@ from typing import Any
 from flask import Flask, jsonify
 
 from ..config import ServerConfig
-from .admission import SequenceGate
+from ..schemas.dispatch import parse_chat_completion, parse_text_completion
+from .admission import CapacityGate
 from .client_watch import ClientWatch
-from .dispatch import parse_chat_completion, parse_text_completion
 from .invocations import InvocationRoute
 
 OWNER = "llm-byoc"
 
 
 def register_openai_routes(app: Flask, engine: Any, config: ServerConfig, model: Any,
-                           gate: SequenceGate | None, watch: ClientWatch) -> None:
+                           gate: CapacityGate | None, watch: ClientWatch) -> None:
     """``model``: app._ModelFacts; ``gate``/``watch``: the ones ``/invocations`` uses."""
     for path, endpoint, parse in (
         ("/v1/chat/completions", "openai_chat", parse_chat_completion),

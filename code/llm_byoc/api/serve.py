@@ -11,7 +11,7 @@ on its own takes the container down with a non-zero exit, so SageMaker
 replaces it (as in sagemaker-inference-toolkit). In multi-model mode there is
 no engine process: one gunicorn worker owns the model cache; with
 LLM_BYOC_MULTI_MODEL_BACKEND=triton, ``tritonserver`` is a third child
-(``python -m llm_byoc.triton.server`` execs it), supervised like the engine:
+(``python -m llm_byoc.multimodel.triton.server`` execs it), supervised like the engine:
 if it dies, ``serve`` exits non-zero; on SIGTERM it stops after gunicorn.
 
 Exit codes: 0 stopped by SIGTERM/SIGINT and every child stopped in time;
@@ -26,14 +26,14 @@ child then runs as the user ``serve`` became. The engine socket and its key
 live in a fresh private directory (0700) unless ``LLM_BYOC_ENGINE_SOCKET``
 names one, made after that decision, so they belong to that user. Children run
 in their own process group (a terminal's Ctrl-C reaches only ``serve``, which
-shuts down in order) and get SIGTERM if ``serve`` itself dies. As PID 1 in a
-container, ``serve`` also reaps orphans the engine leaves behind.
+shuts down in order) and get SIGTERM if ``serve`` itself dies
+(``process/supervisor.py``). As PID 1 in a container, ``serve`` also reaps
+orphans the engine leaves behind.
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import dataclasses
 import logging
 import os
@@ -49,6 +49,7 @@ from ..engine import ipc
 from ..logging_setup import configure_logging
 from ..metrics import ENV_PROMETHEUS_MULTIPROC_DIR
 from ..process import privileges
+from ..process.supervisor import start_child, stop_child
 
 log = logging.getLogger("llm_byoc.serve")
 
@@ -57,7 +58,6 @@ MIN_WORKER_HEARTBEAT_S = 30  # gthread heartbeat; requests are bounded by timeou
 OVERFLOW_CONNECTIONS = 128  # accepted beyond LLM_BYOC_MAX_CONNECTIONS to be told 429 (or answered /ping)
 WORKER_CLASS = "llm_byoc.api.http_worker.ThreadPerConnectionWorker"
 EXIT_OK, EXIT_CHILD_FAILED, EXIT_BAD_CONFIG = 0, 1, 2
-_PR_SET_PDEATHSIG = 1
 
 
 def gunicorn_command(config: ServerConfig) -> list[str]:
@@ -94,19 +94,7 @@ def engine_command() -> list[str]:
 
 
 def triton_command() -> list[str]:
-    return [sys.executable, "-m", "llm_byoc.triton.server"]
-
-
-def _die_with_parent() -> None:
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass  # not Linux: children then outlive a killed serve
-
-
-def _spawn(name: str, command: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
-    log.info("starting %s: %s", name, " ".join(command))
-    return subprocess.Popen(command, process_group=0, preexec_fn=_die_with_parent, env=env)
+    return [sys.executable, "-m", "llm_byoc.multimodel.triton.server"]
 
 
 def served_paths(engine: EngineConfig, model_root: str | None) -> list[str]:
@@ -146,10 +134,10 @@ class Supervisor:
 
     def start(self) -> None:
         if not self.config.multi_model:
-            self._add("engine", _spawn("engine", engine_command(), child_env(self.config)))
+            self._add("engine", start_child("engine", engine_command(), child_env(self.config)))
         elif MultiModelConfig.from_env().backend == "triton":
-            self._add("tritonserver", _spawn("tritonserver", triton_command()))
-        self._add("gunicorn", _spawn("gunicorn", gunicorn_command(self.config), gunicorn_env(self.config)))
+            self._add("tritonserver", start_child("tritonserver", triton_command()))
+        self._add("gunicorn", start_child("gunicorn", gunicorn_command(self.config), gunicorn_env(self.config)))
 
     def _add(self, name: str, proc: subprocess.Popen) -> None:
         self.children[proc.pid] = (name, proc)
@@ -208,20 +196,18 @@ class Supervisor:
         proc = next((p for n, p in self.children.values() if n == name), None)
         if proc is None:
             return True
-        proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        while proc.pid in self.children and time.monotonic() < deadline:
-            self.reap()
-            time.sleep(0.1)
-        if proc.pid in self.children:
-            log.error("%s did not stop within %.0f s; killing it", name, grace_s)
-            proc.kill()
-            while proc.pid in self.children:
-                self.reap()
-                time.sleep(0.05)
+        if not stop_child(name, proc, grace_s, exited=lambda: self._gone(proc)):
             return False
         log.info("%s stopped (code %s)", name, self.exit_codes[name])
         return True
+
+    def _gone(self, proc: subprocess.Popen) -> bool:
+        self.reap()
+        if proc.pid in self.children and proc.returncode is not None:
+            # Popen reaped it itself (send_signal polls first), so waitpid(-1) never will
+            name, _ = self.children.pop(proc.pid)
+            self.exit_codes[name] = proc.returncode
+        return proc.pid not in self.children
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,19 +16,20 @@ as of the answer. An id that is not open here is a 404 ``session_not_found``.
 from __future__ import annotations
 
 import datetime
-import re
 from typing import Any
 
 from flask import Response, jsonify
 
+from ..contract import (
+    CLOSE_SESSION,
+    CLOSED_SESSION_HEADER,
+    NEW_SESSION,
+    NEW_SESSION_HEADER,
+    REQUEST_TYPE,
+    SESSION_HEADER,
+    is_session_id,
+)
 from ..errors import InvalidRequest
-
-SESSION_HEADER = "X-Amzn-SageMaker-Session-Id"
-NEW_SESSION_HEADER = "X-Amzn-SageMaker-New-Session-Id"
-CLOSED_SESSION_HEADER = "X-Amzn-SageMaker-Closed-Session-Id"
-REQUEST_TYPE = "requestType"
-NEW_SESSION, CLOSE = "NEW_SESSION", "CLOSE"
-_SESSION_ID = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,255}$")  # botocore's SessionIdHeader
 
 
 def session_request(body: Any) -> str | None:
@@ -36,8 +37,8 @@ def session_request(body: Any) -> str | None:
     if not isinstance(body, dict) or REQUEST_TYPE not in body:
         return None
     kind = body[REQUEST_TYPE]
-    if kind not in (NEW_SESSION, CLOSE):
-        raise InvalidRequest(f'"{REQUEST_TYPE}" must be "{NEW_SESSION}" or "{CLOSE}", got {kind!r}')
+    if kind not in (NEW_SESSION, CLOSE_SESSION):
+        raise InvalidRequest(f'"{REQUEST_TYPE}" must be "{NEW_SESSION}" or "{CLOSE_SESSION}", got {kind!r}')
     extra = sorted(set(body) - {REQUEST_TYPE})
     if extra:
         raise InvalidRequest(f"a {kind} request has no other fields; got {', '.join(extra)}")
@@ -50,7 +51,7 @@ def session_of(headers: Any) -> str | None:
     if value is None:
         return None
     value = value.strip()
-    if not _SESSION_ID.match(value) or value == NEW_SESSION:
+    if not is_session_id(value) or value == NEW_SESSION:
         raise InvalidRequest(f"{SESSION_HEADER} is not a session id (letters, digits, inner hyphens): {value[:64]!r}; "
                              f'open a session with a {{"{REQUEST_TYPE}": "{NEW_SESSION}"}} request')
     return value
@@ -66,7 +67,7 @@ def answer_session_request(engine: Any, kind: str, headers: Any) -> Response:
         return response
     session_id = session_of(headers)
     if session_id is None:
-        raise InvalidRequest(f"a {CLOSE} request names its session in the {SESSION_HEADER} header")
+        raise InvalidRequest(f"a {CLOSE_SESSION} request names its session in the {SESSION_HEADER} header")
     engine.close_session(session_id)
     response = jsonify(session_id=session_id, closed=True)
     response.headers[CLOSED_SESSION_HEADER] = session_id

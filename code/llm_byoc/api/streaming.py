@@ -19,11 +19,11 @@ from typing import Any
 from ..engine.outputs import TokenEvent
 from ..errors import ServingError
 from ..protocol import FinishReason
+from ..schemas.invocation import StreamWriter
+from ..schemas.sse import sse_event
 from .admission import Deadline
 from .errors import error_body
 from .request_log import RequestLog
-from .schemas import StreamWriter
-from .sse import sse_event
 
 log = logging.getLogger(__name__)
 

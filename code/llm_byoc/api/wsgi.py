@@ -10,6 +10,7 @@ from __future__ import annotations
 from flask import Flask
 
 from ..config import ENV_ENGINE_SOCKET, ConfigError, EngineConfig, MultiModelConfig, ServerConfig
+from ..engine.llm_engine import LLMEngine  # the engine's front end; the model lives elsewhere
 from ..logging_setup import configure_logging
 from .app import create_app, create_multi_model_app
 from .engine_link import EngineLink
@@ -23,10 +24,6 @@ def create_wsgi_app() -> Flask:
         return create_multi_model_app(config, MultiModelConfig.from_env())
     if not config.engine_socket:
         raise ConfigError(f"{ENV_ENGINE_SOCKET} is not set (serve sets it)")
-    from ..engine.llm_engine import (
-        LLMEngine,  # the engine's front end; the model lives elsewhere
-    )
-
     engine = EngineConfig.from_env()  # only its limits: the engine process holds the model
     link = EngineLink(
         lambda: LLMEngine.connect(config.engine_socket), config.engine_socket, health_timeout_s=PROBE_TIMEOUT_S

@@ -17,20 +17,13 @@ takes ``SessionId`` but cannot open a session.
 from __future__ import annotations
 
 import datetime
-import re
 from dataclasses import dataclass
 
+from ..contract import CLOSE_SESSION, CLOSED_SESSION_HEADER, NEW_SESSION, NEW_SESSION_HEADER, REQUEST_TYPE, is_session_id
 from .errors import EndpointError
 
-SESSION_HEADER = "X-Amzn-SageMaker-Session-Id"
-NEW_SESSION_HEADER = "X-Amzn-SageMaker-New-Session-Id"
-CLOSED_SESSION_HEADER = "X-Amzn-SageMaker-Closed-Session-Id"
-NEW_SESSION = "NEW_SESSION"  # SageMaker's SessionId value that asks for a new session
-OPEN_BODY = {"requestType": "NEW_SESSION"}
-CLOSE_BODY = {"requestType": "CLOSE"}
-# botocore's sagemaker-runtime model: SessionIdHeader (max 256 characters)
-_SESSION_ID = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$")
-_MAX_ID_LEN = 256
+OPEN_BODY = {REQUEST_TYPE: NEW_SESSION}
+CLOSE_BODY = {REQUEST_TYPE: CLOSE_SESSION}
 
 
 @dataclass(frozen=True)
@@ -40,7 +33,7 @@ class Session:
 
 
 def check_session_id(value: str) -> str:
-    if not isinstance(value, str) or len(value) > _MAX_ID_LEN or not _SESSION_ID.match(value):
+    if not isinstance(value, str) or not is_session_id(value):
         raise EndpointError(f"not a session id SageMaker accepts (letters, digits, inner hyphens): {value!r}")
     return value
 

@@ -17,20 +17,19 @@ from urllib.parse import quote
 import requests
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
-from .errors import EndpointError, StreamError, error_from_body
-from .sessions import (
-    CLOSE_BODY,
+from ..contract import (
+    ADAPTER_HEADER,  # what SageMaker sends for an adapter inference component
     CLOSED_SESSION_HEADER,
     NEW_SESSION,
     NEW_SESSION_HEADER,
-    OPEN_BODY,
     SESSION_HEADER,
+    TARGET_MODEL_HEADER,
 )
+from .errors import EndpointError, StreamError, error_from_body
+from .sessions import CLOSE_BODY, OPEN_BODY
 
 JSON = "application/json"
 EVENT_STREAM = "text/event-stream"
-TARGET_MODEL_HEADER = "X-Amzn-SageMaker-Target-Model"
-ADAPTER_HEADER = "X-Amzn-SageMaker-Adapter-Identifier"  # what SageMaker sends for an adapter inference component
 NO_CREDENTIALS = (
     "no AWS credentials found: set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or run `aws configure`"
 )

@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from ..models.default_model import ensure_default_model
+from .handlers.image import preprocess
 from .store import MODEL_CONFIG_FILE
 
 log = logging.getLogger(__name__)
@@ -71,8 +73,6 @@ def _copy_folder(source: Path, target: Path) -> None:
 
 
 def _fill_llm(target: Path) -> None:
-    from ..models.default_model import ensure_default_model
-
     _copy_folder(ensure_default_model(), target)
     _write_config(target, {"task": "causal-lm", "framework": "pytorch"})
 
@@ -100,8 +100,6 @@ def verify_onnx(model, onnx_file: Path) -> float:
     import onnxruntime
     import torch
 
-    from .handlers.image import preprocess
-
     pixels = preprocess(drawn_test_image())
     session = onnxruntime.InferenceSession(str(onnx_file), providers=["CPUExecutionProvider"])
     onnx_logits = session.run(None, {"pixels": pixels})[0]
@@ -114,7 +112,7 @@ def verify_onnx(model, onnx_file: Path) -> float:
 
 
 def _fill_image(target: Path) -> None:
-    from .mobilenet import export_onnx, load_pretrained
+    from .mobilenet import export_onnx, load_pretrained  # mobilenet.py imports torch at its top
 
     target.mkdir(parents=True)
     model = load_pretrained()

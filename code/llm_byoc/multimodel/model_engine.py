@@ -1,9 +1,8 @@
-"""Model engine: picks the handler for a model's kind and starts its process.
+"""The native backend's worker factory: one process per model.
 
-``create_handler`` runs inside the model process (it imports the heavy
-framework only for the kind it needs: a spawned ONNX process never imports
-torch; a forked one finds it imported already, shared with the zygote);
-``ProcessWorkerFactory`` is what the model manager calls in the server.
+``ProcessWorkerFactory`` is what the model manager calls in the server; the
+handler for a model's kind is picked inside that process
+(``handlers/by_kind.py``).
 """
 
 from __future__ import annotations
@@ -13,33 +12,11 @@ from dataclasses import dataclass
 from multiprocessing import forkserver
 
 from ..config import EngineConfig
-from ..errors import ModelLoadError
 from ..process import get_context
 from ..process.launcher import resolve
-from .store import Framework, ModelSpec, Task
+from .handlers.by_kind import PRELOADED_HANDLERS
 from .model_process import ModelProcess, shared_bytes
-
-
-def create_handler(spec: ModelSpec, num_threads: int = 0, engine: EngineConfig | None = None):
-    """The handler for ``spec``'s task and framework, with its model loaded."""
-    kind = (spec.task, spec.framework)
-    if kind == (Task.IMAGE_CLASSIFICATION, Framework.ONNX):
-        from .handlers.image import ImageClassificationHandler
-
-        return ImageClassificationHandler(spec, num_threads)
-    if kind == (Task.TEXT_EMBEDDING, Framework.PYTORCH):
-        from .handlers.text import TextEmbeddingHandler
-
-        return TextEmbeddingHandler(spec, num_threads)
-    if kind == (Task.TEXT_CLASSIFICATION, Framework.PYTORCH):
-        from .handlers.text import TextClassificationHandler
-
-        return TextClassificationHandler(spec, num_threads)
-    if kind == (Task.CAUSAL_LM, Framework.PYTORCH):
-        from .handlers.causal_lm import CausalLMHandler
-
-        return CausalLMHandler(spec, engine or EngineConfig(model=spec.path))
-    raise ModelLoadError(f"{spec.name!r}: no handler for task {spec.task.value} on {spec.framework.value}")
+from .store import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -58,7 +35,7 @@ class ProcessWorkerFactory:
     def warm_up(self) -> None:
         """Start the zygote now, in the background, so that the first load does not wait for it."""
         if resolve(self.start_method, self.engine.device) == "forkserver":
-            get_context("forkserver")  # sets the preload list
+            get_context("forkserver", preload=PRELOADED_HANDLERS)  # sets the preload list
             threading.Thread(target=forkserver.ensure_running, name="zygote-start", daemon=True).start()
 
     def shared_bytes(self) -> int:

@@ -22,6 +22,7 @@ from ..process import CallTimeout, WorkerHandle, WorkerStartFailed, get_context,
 from ..process.launcher import resolve, zygote_pid
 from ..protocol import Shutdown, WorkerFailure
 from . import messages
+from .handlers.by_kind import PRELOADED_HANDLERS
 from .model_entry import run_model_process
 from .store import ModelSpec
 
@@ -29,8 +30,6 @@ log = logging.getLogger(__name__)
 
 
 class ModelProcess:
-    max_pending = 256  # requests sent and not answered; more is 429, not an ever-growing queue
-
     def __init__(self, spec: ModelSpec, num_threads: int = 0, engine: EngineConfig | None = None,
                  start_method: str = "spawn"):
         self.spec = spec
@@ -38,8 +37,8 @@ class ModelProcess:
         self._engine = engine
         self.start_method = resolve(start_method, engine.device if engine else "auto")
         self._handle = WorkerHandle(
-            f"model {spec.name!r}", messages, messages.ModelLoaded, get_context(self.start_method),
-            max_pending=self.max_pending,
+            f"model {spec.name!r}", messages, messages.ModelLoaded,
+            get_context(self.start_method, preload=PRELOADED_HANDLERS),
         )
         self.load_time_s = 0.0
 

@@ -8,9 +8,12 @@
     launcher.py  how a process starts: 'spawn' (a fresh Python) or 'forkserver' (forked
                  from a zygote that has imported torch and transformers once)
     zygote.py    what the zygote imports, with the thread rules that make forking safe
+                 (the caller names its own modules to preload after it)
     threads.py   OpenMP / BLAS settings applied before torch loads
     procfs.py    /proc: a process tree, its RSS and its own (unique) memory
     privileges.py  who ``serve`` runs as: root given up for the image's user when it can read the model
+    supervisor.py  child programs (engine, gunicorn, tritonserver): own process group, die with
+                 the parent, SIGTERM then SIGKILL after a grace period
 
 The engine's model worker (``executor.StepWorker`` + ``worker.main``) and each model of
 multi-model mode (``multimodel.ModelProcess`` + ``multimodel.model_entry``) use it.

@@ -31,7 +31,7 @@ from multiprocessing.connection import wait
 from multiprocessing.context import BaseContext
 from typing import Any
 
-from ..errors import EngineDead, EngineNotReady, QueueFull
+from ..errors import EngineDead, EngineNotReady
 from ..protocol import EngineState, WorkerFailure
 from . import procfs
 from .channel import BadFrame, Channel, Codec
@@ -59,7 +59,6 @@ class WorkerHandle:
         ready_type: type,
         context: BaseContext,
         on_dead: Callable[[str], None] | None = None,
-        max_pending: int = 256,
         daemon: bool = False,
     ):
         self.name = name
@@ -67,7 +66,6 @@ class WorkerHandle:
         self._ready_type = ready_type
         self._context = context
         self._on_dead = on_dead
-        self._max_pending = max_pending  # calls sent and not answered; more is 429
         self._daemon = daemon
         self._cond = threading.Condition()  # guards state, _pending, _wakes, _reading
         self.state = EngineState.LOADING
@@ -159,15 +157,14 @@ class WorkerHandle:
     def call(self, message: Any, payload: bytes = b"", timeout_s: float | None = None) -> tuple[Any, bytes]:
         """Send ``message`` and wait for its reply: (message, payload).
 
-        EngineDead if the worker is not running or dies meanwhile, QueueFull past
-        ``max_pending`` calls, CallTimeout after ``timeout_s`` (None: no limit).
+        EngineDead if the worker is not running or dies meanwhile, CallTimeout after
+        ``timeout_s`` (None: no limit). How many calls may wait is the caller's to bound
+        (the multi-model routes' per-model gate, ``api/admission.py``).
         """
         future: Future = Future()
         with self._cond:
             if self.state is not EngineState.READY:
                 raise EngineDead(self.detail)
-            if len(self._pending) >= self._max_pending:
-                raise QueueFull(f"{self.name} has {len(self._pending)} calls waiting")
             call_id = next(self._ids)
             self._pending[call_id] = future
             wake = self._wakes[call_id] = threading.Event()

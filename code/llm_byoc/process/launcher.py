@@ -3,7 +3,8 @@
 'spawn' starts a fresh Python that imports everything itself: safe anywhere,
 and what the engine's own model worker uses. 'forkserver' forks each worker
 from one server process (the zygote, started on first use) that has imported
-torch, transformers, tokenizers, numpy and Pillow once (``zygote.py``); a
+torch, transformers, tokenizers, numpy and Pillow once (``zygote.py``, then
+the modules the caller names: the multi-model handlers); a
 worker then pays only for reading its weights, and the libraries' pages stay
 shared between all workers (counted once, not per model). The zygote never
 runs a torch op or starts a thread, so a fork never copies a half-initialised
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.util  # noqa: F401 - see below
+from collections.abc import Sequence
 from multiprocessing.context import BaseContext
 
 # multiprocessing joins live non-daemon children in an atexit hook that it
@@ -41,11 +43,16 @@ def resolve(method: str, device: str = "auto") -> str:
     return method
 
 
-def get_context(method: str = "spawn", device: str = "auto") -> BaseContext:
+def get_context(method: str = "spawn", device: str = "auto", preload: Sequence[str] = ()) -> BaseContext:
+    """The context for ``method``; a fork server imports ``zygote.py`` and then ``preload``.
+
+    ``preload`` names the caller's modules (the multi-model handlers): the caller
+    knows what its workers run, so ``process/`` stays below the code it starts.
+    """
     method = resolve(method, device)
     context = multiprocessing.get_context(method)
     if method == "forkserver":
-        context.set_forkserver_preload([ZYGOTE_MODULE])
+        context.set_forkserver_preload([ZYGOTE_MODULE, *preload])
     return context
 
 

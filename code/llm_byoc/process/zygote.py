@@ -1,6 +1,7 @@
 """What the fork server (the zygote) imports once, for every model process it forks.
 
-Imported by multiprocessing's fork server at its start (``launcher.py``). The
+Imported by multiprocessing's fork server at its start (``launcher.py``), before
+the modules the caller asks for (the multi-model handlers). The
 rules that keep a fork safe: the OpenMP settings are applied before torch
 loads (``threads.prepare_threads``); numpy's OpenBLAS pool is kept at one
 thread, so that importing numpy starts no thread; nothing here runs a torch
@@ -44,8 +45,6 @@ def _preload() -> None:
                 importlib.import_module(module)
             except ImportError:
                 pass
-    from ..multimodel.handlers import image, text  # noqa: F401
-
     threads = native_thread_count()
     if threads > 1:  # a library started a thread at import: forks would not be clean
         sys.stderr.write(f"llm_byoc zygote: {threads} threads after preloading (expected 1)\n")

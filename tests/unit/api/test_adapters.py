@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from werkzeug.datastructures import Headers
 
-from llm_byoc.api.adapters import ADAPTER_ALIAS_HEADER, ADAPTER_HEADER, chosen_adapter
+from llm_byoc.api.adapters import chosen_adapter
+from llm_byoc.contract import ADAPTER_ALIAS_HEADER, ADAPTER_HEADER
 from llm_byoc.errors import InvalidRequest
 
 BASE = {"fake-model", "/opt/ml/model/fake-model"}

@@ -9,9 +9,9 @@ import time
 import pytest
 
 from llm_byoc.api import loop_admission
-from llm_byoc.api.admission import SequenceGate
+from llm_byoc.api.admission import model_gate, sequence_gate
 from llm_byoc.api.loop_admission import (
-    Draining, GateAdmission, PerModelAdmission, generation_route, peek_route, refusal, send_refusal,
+    Draining, LoopAdmission, generation_key, generation_route, invoked_model, peek_route, refusal, send_refusal,
 )
 from llm_byoc.errors import QueueFull
 
@@ -91,21 +91,22 @@ def test_draining_reads_until_the_client_closes_or_time_is_up(monkeypatch):
 
 
 def test_single_model_admission_takes_room_in_the_gate_for_generation_routes_only():
-    gate = SequenceGate(2)
-    admission = GateAdmission(gate)
+    gate = sequence_gate(2)
+    admission = LoopAdmission(gate, generation_key)
     assert admission.reserve("/models/m/invoke") is None
     first, second = admission.reserve("/invocations"), admission.reserve("/v1/completions")
     with pytest.raises(QueueFull):
         admission.reserve("/v1/chat/completions")
     first.release()
     first.release()  # idempotent
-    assert gate.in_flight == 1
+    assert gate.in_flight() == 1
     second.release()
-    assert gate.in_flight == 0
+    assert gate.in_flight() == 0
 
 
 def test_multi_model_admission_counts_each_model_apart():
-    admission = PerModelAdmission(capacity=2)
+    gate = model_gate(capacity=2)
+    admission = LoopAdmission(gate, invoked_model)
     assert admission.reserve("/invocations") is None  # routed by header: the app admits it
     a1, a2 = admission.reserve("/models/a/invoke"), admission.reserve("/models/a/invoke")
     with pytest.raises(QueueFull, match="'a' has 2 requests in flight"):
@@ -113,7 +114,7 @@ def test_multi_model_admission_counts_each_model_apart():
     b1 = admission.reserve("/models/b/invoke")  # another model has its own room
     a1.release()
     a1.release()  # idempotent
-    assert admission.in_flight("a") == 1 and admission.in_flight("b") == 1
+    assert gate.in_flight("a") == 1 and gate.in_flight("b") == 1
     a2.release()
     b1.release()
-    assert admission.in_flight("a") == 0 and admission._counts == {}  # nothing kept for idle models
+    assert gate.in_flight("a") == 0 and gate.busy_keys() == set()  # nothing kept for idle models

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from fakes.fake_engine import FakeTokenizer
-from llm_byoc.api import openai
+from llm_byoc.schemas import openai
 from llm_byoc.errors import InvalidRequest
 from fixtures.sse_events import parse_sse
 

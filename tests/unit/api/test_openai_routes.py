@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from fixtures.openapi_contract import check_answer
 from fixtures.sse_events import parse_sse
-from llm_byoc.api import openai
+from llm_byoc.schemas import openai
 from llm_byoc.errors import InvalidRequest
 from llm_byoc.protocol import EngineState, TopLogprobs
 from fakes.fake_engine import FakeTokenizer
@@ -131,7 +131,7 @@ def test_bad_chat_fields_are_named(body, needle):
 
 
 def test_chat_logprobs_render_the_engine_alternatives():
-    from llm_byoc.api.openai_logprobs import result_logprobs
+    from llm_byoc.schemas.openai_logprobs import result_logprobs
 
     out = result_logprobs(True, FakeTokenizer(), [ord("a")], [-0.1], [TopLogprobs([ord("a"), ord("b")], [-0.1, -2.5])])
     assert out == {"content": [{"token": "a", "logprob": -0.1, "bytes": [97], "top_logprobs": [

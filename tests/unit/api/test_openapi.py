@@ -13,7 +13,7 @@ from openapi_spec_validator import validate
 
 from fixtures.openapi_contract import check_answer, check_request
 from llm_byoc.api.app import _base_app, create_multi_model_app
-from llm_byoc.multimodel.routes import register_multi_model_routes
+from llm_byoc.api.multimodel_routes import register_multi_model_routes
 from llm_byoc.api.openapi import openapi_document
 from llm_byoc.config import MultiModelConfig, ServerConfig
 

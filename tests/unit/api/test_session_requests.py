@@ -6,7 +6,7 @@ import datetime
 
 import pytest
 
-from llm_byoc.api.sessions import CLOSED_SESSION_HEADER, NEW_SESSION_HEADER, SESSION_HEADER
+from llm_byoc.contract import CLOSED_SESSION_HEADER, NEW_SESSION_HEADER, SESSION_HEADER
 
 TGI = {"inputs": "hello", "parameters": {"max_new_tokens": 2}}
 

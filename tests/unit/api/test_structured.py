@@ -7,10 +7,10 @@ import json
 import pytest
 
 from fakes.fake_engine import FakeTokenizer
-from llm_byoc.api import structured
-from llm_byoc.api.openai import parse_chat
-from llm_byoc.api.schemas import ResponseContext
-from llm_byoc.api.tgi import parse as parse_tgi
+from llm_byoc.schemas import structured
+from llm_byoc.schemas.openai import parse_chat
+from llm_byoc.schemas.invocation import ResponseContext
+from llm_byoc.schemas.tgi import parse as parse_tgi
 from llm_byoc.engine.outputs import GenerationResult, TokenEvent
 from llm_byoc.errors import InvalidRequest
 from llm_byoc.protocol import FinishReason, GrammarSpec

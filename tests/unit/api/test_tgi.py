@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from llm_byoc.api import tgi
+from llm_byoc.schemas import tgi
 from llm_byoc.errors import InvalidRequest
 from fixtures.sse_events import parse_sse
 

@@ -8,13 +8,12 @@ import pkgutil
 import pytest
 
 import llm_byoc.bench
-import llm_byoc.multimodel
 
 BENCH_MODULES = sorted(m.name for m in pkgutil.iter_modules(llm_byoc.bench.__path__, "llm_byoc.bench.")
                        if not m.name.endswith("__main__"))  # __main__ runs the load generator
 
 
-@pytest.mark.parametrize("name", BENCH_MODULES + ["llm_byoc.multimodel.bench"])
+@pytest.mark.parametrize("name", BENCH_MODULES)
 def test_the_module_imports(name):
     importlib.import_module(name)
 

@@ -8,9 +8,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from llm_byoc.api.adapters import ADAPTER_HEADER as SERVER_ADAPTER_HEADER
 from llm_byoc.client import EndpointClient, EndpointError, StreamError
-from llm_byoc.client.transport import ADAPTER_HEADER
 
 SSE = (
     'data: {"index": 0, "token": {"id": 7, "text": "안녕", "logprob": -0.1, "special": false}, "generated_text": null, "details": null}\n\n'
@@ -130,10 +128,6 @@ def test_an_adapter_is_named_in_the_header_sagemaker_sends(container_url, stream
     assert request["path"] == "/invocations"
     assert request["headers"]["X-Amzn-SageMaker-Adapter-Identifier"] == "support"
     assert "X-Amzn-SageMaker-Target-Model" not in request["headers"]
-
-
-def test_the_adapter_header_is_the_one_the_server_reads():
-    assert ADAPTER_HEADER == SERVER_ADAPTER_HEADER
 
 
 def test_no_adapter_no_header(container_url):

@@ -21,3 +21,10 @@ def test_the_forkserver_context_preloads_the_zygote():
     context = launcher.get_context("forkserver")
     assert context.get_start_method() == "forkserver"
     assert launcher.ZYGOTE_MODULE in forkserver._forkserver._preload_modules
+
+
+def test_the_caller_names_what_the_zygote_preloads_after_itself():
+    from multiprocessing import forkserver
+
+    launcher.get_context("forkserver", preload=("llm_byoc.multimodel.handlers.image",))
+    assert forkserver._forkserver._preload_modules == [launcher.ZYGOTE_MODULE, "llm_byoc.multimodel.handlers.image"]

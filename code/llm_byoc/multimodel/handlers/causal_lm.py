@@ -14,7 +14,10 @@ import dataclasses
 import uuid
 
 from ...config import EngineConfig
+from ...engine.llm_engine import LLMEngine
 from ...errors import InvalidRequest, ModelLoadError, ServingError
+from ...schemas.dispatch import parse_invocation
+from ...schemas.invocation import ResponseContext
 from ..messages import InvokeReply, InvokeRequest
 from ..store import ModelSpec
 from .base import json_reply, parse_json_body
@@ -26,8 +29,6 @@ class CausalLMHandler:
     max_concurrency = 64  # the engine batches what arrives together
 
     def __init__(self, spec: ModelSpec, engine_config: EngineConfig):
-        from ...engine.llm_engine import LLMEngine
-
         self.name = spec.name
         self.engine = LLMEngine.start(dataclasses.replace(engine_config, model=spec.path))
         try:
@@ -41,9 +42,6 @@ class CausalLMHandler:
         self.special_ids = self.eos_ids | frozenset(getattr(tokenizer, "all_special_ids", None) or ())
 
     def invoke(self, invocation: InvokeRequest, body: bytes) -> tuple[InvokeReply, bytes]:
-        from ...api.dispatch import parse_invocation
-        from ...api.schemas import ResponseContext
-
         request = parse_invocation(parse_json_body(invocation, body), lambda: self.engine.tokenizer)
         if request.stream:
             raise InvalidRequest("streaming is not available in multi-model mode; send stream=false")

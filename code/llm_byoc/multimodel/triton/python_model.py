@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 
-from ..multimodel.store import ModelSpec
+from ..store import ModelSpec
 from .kinds import Runner, model_io
 from .repository import SPEC_PARAMETER, THREADS_PARAMETER
 

@@ -12,8 +12,8 @@ import pytest
 from llm_byoc.config import TritonConfig
 from llm_byoc.errors import ModelLoadError
 from llm_byoc.multimodel.store import describe_model
-from llm_byoc.triton import repository
-from llm_byoc.triton.kinds import model_io
+from llm_byoc.multimodel.triton import repository
+from llm_byoc.multimodel.triton.kinds import model_io
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "multimodel"))
 from mme_tiny_models import build_tiny_classifier, build_tiny_embedder, build_tiny_onnx  # noqa: E402
@@ -69,7 +69,7 @@ def test_the_generated_model_py_runs_the_servers_own_code(tmp_path):
     spec = describe_model("m", build_tiny_onnx(tmp_path / "m"))
     written = repository.write_model(tmp_path / "repo", spec, model_io(spec), CONFIG, "python", 0)
     source = (written / "1" / "model.py").read_text()
-    assert repr(repository.CODE_ROOT) in source and "from llm_byoc.triton.python_model import TritonPythonModel" in source
+    assert repr(repository.CODE_ROOT) in source and "from llm_byoc.multimodel.triton.python_model import TritonPythonModel" in source
     compile(source, "model.py", "exec")
     assert sorted(p.name for p in (tmp_path / "repo").iterdir()) == ["m"]  # no temporary folder left
 

@@ -7,8 +7,8 @@ import sys
 import pytest
 from llm_byoc.config import TritonConfig
 from llm_byoc.errors import EngineDead, RequestTimeout, ServingError
-from llm_byoc.triton.client import as_serving_error
-from llm_byoc.triton.server import TritonInstall, TritonUnavailable, find_install, server_command, server_env
+from llm_byoc.multimodel.triton.grpc_api import as_serving_error
+from llm_byoc.multimodel.triton.server import TritonInstall, TritonUnavailable, find_install, server_command, server_env
 
 
 def test_a_named_server_that_is_not_there_is_unavailable(tmp_path):

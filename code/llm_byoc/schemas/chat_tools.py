@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 from ..errors import InvalidRequest
-from .schemas import check_length, reject_unknown, require_object
+from .invocation import check_length, reject_unknown, require_object
 
 MAX_CALLS = 64  # tool calls in one assistant message
 TOOLS_PROMPT = (

@@ -27,10 +27,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ModelLoadError
-from ..multimodel.handlers.base import json_reply
-from ..multimodel.messages import InvokeReply, InvokeRequest
-from ..multimodel.store import Framework, ModelSpec, Task
+from ...errors import ModelLoadError
+from ..handlers import text
+from ..handlers.base import json_reply
+from ..handlers.by_kind import create_handler
+from ..handlers.image import ImageRequests, model_path
+from ..messages import InvokeReply, InvokeRequest
+from ..store import Framework, ModelSpec, Task
 
 TEXT_KINDS = (Task.TEXT_EMBEDDING, Task.TEXT_CLASSIFICATION)
 
@@ -52,8 +55,6 @@ class ModelIO:
 
 def _onnx_io(spec: ModelSpec) -> ModelIO:
     import onnx
-
-    from ..multimodel.handlers.image import model_path
 
     try:
         graph = onnx.load(str(model_path(spec)), load_external_data=False).graph
@@ -112,27 +113,23 @@ class Adapter:
     def __init__(self, spec: ModelSpec, io: ModelIO):
         self.spec, self.io = spec, io
         if spec.task is Task.IMAGE_CLASSIFICATION:
-            from ..multimodel.handlers.image import ImageRequests
-
             self.images = ImageRequests(spec, io.output.dims[-1])
         elif spec.task is Task.TEXT_CLASSIFICATION:
             config = json.loads((Path(spec.path) / "config.json").read_text())
             self.labels = {int(k): v for k, v in (config.get("id2label") or {}).items()}
 
-    def invoke(self, client, request: InvokeRequest, body: bytes, timeout_s: float) -> tuple[InvokeReply, bytes]:
+    def invoke(self, grpc, request: InvokeRequest, body: bytes, timeout_s: float) -> tuple[InvokeReply, bytes]:
         name, io = self.spec.name, self.io
         if self.spec.task is Task.IMAGE_CLASSIFICATION:
             pixels, top_k = self.images.pixels(request, body)  # [1, 3, H, W]
-            logits = client.infer(name, {io.input.name: pixels}, io.output.name, timeout_s)
+            logits = grpc.infer(name, {io.input.name: pixels}, io.output.name, timeout_s)
             return self.images.answer(logits.reshape(-1, io.output.dims[-1])[0], top_k)
-        from ..multimodel.handlers import text
-
         if self.spec.task is Task.TEXT_EMBEDDING:
             texts = text.embedding_request(request, body)
-            rows = client.infer_many(name, [{io.input.name: _utf8(t)} for t in texts], io.output.name, timeout_s)
+            rows = grpc.infer_many(name, [{io.input.name: _utf8(t)} for t in texts], io.output.name, timeout_s)
             return json_reply({"embeddings": [row[0].tolist() for row in rows]})
         texts, top_k = text.classification_request(request, body)
-        rows = client.infer_many(name, [{io.input.name: _utf8(t)} for t in texts], io.output.name, timeout_s)
+        rows = grpc.infer_many(name, [{io.input.name: _utf8(t)} for t in texts], io.output.name, timeout_s)
         return json_reply({"predictions": text.top_labels([row[0].tolist() for row in rows], self.labels, top_k)})
 
 
@@ -140,8 +137,6 @@ class Runner:
     """The stub's side: the handler's model on a batch of requests' input tensors."""
 
     def __init__(self, spec: ModelSpec, num_threads: int = 0):
-        from ..multimodel.model_engine import create_handler
-
         self.spec = spec
         self.handler = create_handler(spec, num_threads)
 

@@ -23,7 +23,7 @@ from typing import Any
 from ..errors import InvalidRequest
 from ..grammar import check_grammar
 from ..protocol import GrammarSpec
-from .schemas import check_length, reject_unknown, require_object
+from .invocation import check_length, reject_unknown, require_object
 
 MAX_TOOLS = 128
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")

@@ -18,8 +18,9 @@ import os
 import shutil
 from pathlib import Path
 
-from ..config import TritonConfig
-from ..multimodel.store import Framework, ModelSpec
+from ...config import TritonConfig
+from ..handlers.image import model_path
+from ..store import Framework, ModelSpec
 from .kinds import ModelIO, TensorSpec
 
 SPEC_PARAMETER = "llm_byoc_spec"
@@ -32,9 +33,9 @@ import sys
 if {code_root!r} not in sys.path:
     sys.path.insert(0, {code_root!r})
 
-from llm_byoc.triton.python_model import TritonPythonModel  # noqa: E402,F401
+from llm_byoc.multimodel.triton.python_model import TritonPythonModel  # noqa: E402,F401
 '''
-CODE_ROOT = str(Path(__file__).resolve().parents[2])
+CODE_ROOT = str(Path(__file__).resolve().parents[3])
 
 
 def _tensor(tensor: TensorSpec) -> str:
@@ -82,8 +83,6 @@ def write_model(repository: Path, spec: ModelSpec, io: ModelIO, config: TritonCo
     (tmp / "1").mkdir(parents=True)
     (tmp / "config.pbtxt").write_text(config_text(spec, io, config, backend, num_threads))
     if backend == "onnxruntime":
-        from ..multimodel.handlers.image import model_path
-
         _link_or_copy(model_path(spec), tmp / "1" / "model.onnx")
     else:
         (tmp / "1" / "model.py").write_text(MODEL_PY.format(name=spec.name, code_root=CODE_ROOT))

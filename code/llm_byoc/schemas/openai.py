@@ -26,7 +26,7 @@ from ..engine.outputs import GenerationResult, TokenEvent
 from ..errors import InvalidRequest
 from ..protocol import MAX_TOP_LOGPROBS, FinishReason, SamplingParams
 from .openai_logprobs import ChoiceLogprobs, result_logprobs
-from .schemas import (
+from .invocation import (
     MAX_CONTENT_PARTS,
     MAX_MESSAGES,
     MAX_PROMPTS,

@@ -14,7 +14,7 @@ Triton); its stub processes run this interpreter (PATH and LD_LIBRARY_PATH
 name its prefix; the stub ignores PYTHONPATH, so each generated model.py
 names the folder of the ``llm_byoc`` that wrote it).
 
-``python -m llm_byoc.triton.server`` prepares the folders and execs the
+``python -m llm_byoc.multimodel.triton.server`` prepares the folders and execs the
 server: that is the child ``serve`` supervises. ``TritonServer`` runs the same
 command as a child of this process (tests, the benchmark).
 """
@@ -33,7 +33,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import TritonConfig
+from ...config import TritonConfig
+from ...process.supervisor import start_child, stop_child
+from .grpc_api import TritonGrpc
 
 log = logging.getLogger(__name__)
 
@@ -161,18 +163,14 @@ class TritonServer:
 
     def start(self, ready_timeout_s: float = 60.0) -> None:
         output = open(self._log_file, "ab") if self._log_file else subprocess.DEVNULL  # noqa: SIM115
-        self._proc = subprocess.Popen(
-            server_command(self.config, self.install), env=server_env(self.install),
-            stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
-        )
+        self._proc = start_child("tritonserver", server_command(self.config, self.install),
+                                 server_env(self.install), output)
         threading.Thread(target=self._watch, name="tritonserver-watch", daemon=True).start()
-        from .client import TritonClient
-
-        client = TritonClient(self.config)
+        grpc = TritonGrpc(self.config)
         try:
-            client.wait_ready(ready_timeout_s, lambda: self._proc.poll() is None)
+            grpc.wait_ready(ready_timeout_s, lambda: self._proc.poll() is None)
         finally:
-            client.close()
+            grpc.close()
 
     @property
     def pid(self) -> int | None:
@@ -195,11 +193,7 @@ class TritonServer:
             return None
         self._stopping = True
         if self._proc.poll() is None:
-            self._proc.send_signal(signal.SIGTERM)
-            try:
-                self._proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                log.warning("tritonserver did not stop in %.0f s; killing it", timeout_s)
+            stop_child("tritonserver", self._proc, timeout_s)
         try:  # a stub Triton gave up on outlives it otherwise, adopted by init
             os.killpg(self._proc.pid, signal.SIGKILL)
         except ProcessLookupError:

@@ -1,11 +1,11 @@
 """Multi-model figures: cold start and warm invoke overhead against a raw in-process model,
 or (``--backends``) the backends side by side.
 
-    python -m llm_byoc.multimodel.bench [--repo DIR] [--runs 3] [--requests 200] [--llm | --only NAME]
+    python -m llm_byoc.bench.multimodel [--repo DIR] [--runs 3] [--requests 200] [--llm | --only NAME]
                                         [--skip-warm] [--json OUT]
-    python -m llm_byoc.multimodel.bench --backends native,triton [--levels 1,8] [--requests 200] [--llm]
+    python -m llm_byoc.bench.multimodel --backends native,triton [--levels 1,8] [--requests 200] [--llm]
 
-Backends (``bench_backends.py``): per backend and model, the cold load
+Backends (``multimodel_backends.py``): per backend and model, the cold load
 (``POST /models`` through the first answer), warm p50/p99 and requests/s at
 each concurrency, memory per loaded model, and Triton's requests per batch;
 printed as a table and written to ``benchmarks/results/mme_backends.json``
@@ -42,12 +42,13 @@ from pathlib import Path
 from flask import Flask
 
 from ..api.errors import register_error_handlers
+from ..api.multimodel_routes import MODEL_TIME_HEADER, model_manager, register_multi_model_routes
 from ..config import EngineConfig, MultiModelConfig
-from .bench_backends import cold_load
-from .demo_repository import EMBEDDING_NAME, IMAGE_NAME, LLM_NAME, build_demo_repository, drawn_test_image
-from .messages import InvokeRequest
-from .routes import MODEL_TIME_HEADER, model_manager, register_multi_model_routes
-from .store import describe_model
+from ..multimodel.demo_repository import EMBEDDING_NAME, IMAGE_NAME, LLM_NAME, build_demo_repository, drawn_test_image
+from ..multimodel.handlers.by_kind import create_handler
+from ..multimodel.messages import InvokeRequest
+from ..multimodel.store import ModelSpec, describe_model
+from .multimodel_backends import cold_load, run_backends, table
 
 _SPAWN = multiprocessing.get_context("spawn")
 
@@ -63,9 +64,6 @@ def sample_request(name: str) -> tuple[bytes, str]:
 
 
 def _raw_child(conn, spec_plain: dict, body: bytes, content_type: str, num_threads: int) -> None:
-    from .model_engine import create_handler
-    from .store import ModelSpec
-
     started = time.perf_counter()
     handler = create_handler(ModelSpec.from_plain(spec_plain), num_threads, EngineConfig(num_threads=num_threads))
     handler.invoke(InvokeRequest(content_type=content_type), body)
@@ -114,8 +112,6 @@ def interleaved(direct, routed, count: int) -> tuple[list[float], list[float]]:
 
 
 def warm_overhead(client, folder: Path, name: str, requests: int, num_threads: int) -> dict:
-    from .model_engine import create_handler
-
     body, content_type = sample_request(name)
     handler = create_handler(describe_model(name, folder), num_threads)
     client.post("/models", json={"model_name": name, "url": str(folder)})
@@ -198,8 +194,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def compare_backends(args) -> int:
-    from .bench_backends import run_backends, table
-
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     levels = [int(level) for level in args.levels.split(",")]
     with tempfile.TemporaryDirectory(prefix="mme-bench-") as tmp:

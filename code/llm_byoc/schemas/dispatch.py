@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import InvalidRequest
 from . import openai, tgi
-from .schemas import Invocation, require_object
+from .invocation import Invocation, require_object
 
 Parser = Callable[[Any, Callable[[], Any]], Invocation]
 

@@ -12,11 +12,13 @@ from pathlib import Path
 import pytest
 from flask import Flask
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "multimodel"))
 
 from llm_byoc.api.errors import register_error_handlers
+from llm_byoc.api.loop_admission import ADMISSION_EXTENSION, TICKET
+from llm_byoc.api.multimodel_routes import register_multi_model_routes
 from llm_byoc.config import MultiModelConfig
-from llm_byoc.multimodel.routes import TARGET_MODEL_HEADER, register_multi_model_routes
+from llm_byoc.contract import TARGET_MODEL_HEADER
 from mme_fakes import FakeFactory
 
 MB = 1_000_000
@@ -140,3 +142,30 @@ def test_evicted_model_is_listed_as_unloaded(client):
 def test_ping(client):
     response = client.get("/ping")
     assert response.status_code == 200 and response.json["status"] == "healthy"
+
+
+def test_invokes_of_one_model_beyond_its_limit_are_429_whoever_admitted_them(root, factory):
+    app = Flask("test")
+    register_error_handlers(app)
+    register_multi_model_routes(app, MultiModelConfig(model_root=str(root), memory_budget_bytes=100 * MB), factory,
+                                max_in_flight=2)
+    client = app.test_client()
+    admission = app.extensions[ADMISSION_EXTENSION]  # what the HTTP worker's event loop admits with
+    factory.gates["a"] = gate = threading.Event()
+    with ThreadPoolExecutor(2) as pool:
+        loop_ticket = admission.reserve("/models/a/invoke")  # the event loop took this one's room
+        busy = [pool.submit(client.post, "/models/a/invoke", data=b"x", environ_overrides={TICKET: loop_ticket}),
+                pool.submit(client.post, "/invocations", data=b"y", headers={TARGET_MODEL_HEADER: "a"})]
+        deadline = time.monotonic() + 5
+        while admission.gate.in_flight("a") < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.05)
+        assert admission.gate.in_flight("a") == 2  # the event loop's ticket is not counted twice
+        for path, headers in (("/models/a/invoke", {}), ("/invocations", {TARGET_MODEL_HEADER: "a"})):
+            response = client.post(path, data=b"z", headers=headers)
+            assert_error(response, 429, "queue_full")
+            assert "'a' has 2 requests in flight" in response.json["error"]
+        assert client.post("/models/b/invoke", data=b"1").status_code == 200  # another model has its own room
+        gate.set()
+        assert [f.result(5).status_code for f in busy] == [200, 200]
+    assert admission.gate.busy_keys() == set()

@@ -18,14 +18,14 @@ import logging
 import time
 from pathlib import Path
 
-from ..config import MultiModelConfig
-from ..errors import ModelLoadError, RequestTimeout, ServingError
-from ..multimodel.messages import InvokeReply, InvokeRequest
-from ..multimodel.model_engine import ProcessWorkerFactory
-from ..multimodel.store import ModelSpec, Task
-from ..process import procfs
+from ...config import MultiModelConfig
+from ...errors import ModelLoadError, RequestTimeout, ServingError
+from ..messages import InvokeReply, InvokeRequest
+from ..model_engine import ProcessWorkerFactory
+from ..store import ModelSpec, Task
+from ...process import procfs
 from . import repository
-from .client import TritonClient
+from .grpc_api import TritonGrpc
 from .kinds import Adapter, model_io
 from .server import find_install
 
@@ -36,11 +36,11 @@ LOAD_GRACE_S = 10.0
 class TritonModel:
     """One model hosted by Triton, as the manager sees it."""
 
-    def __init__(self, spec: ModelSpec, client: TritonClient, adapter: Adapter, stubs: list[int],
+    def __init__(self, spec: ModelSpec, grpc: TritonGrpc, adapter: Adapter, stubs: list[int],
                  server_growth: int, load_time_s: float, unload_timeout_s: float):
         self.spec = spec
         self.load_time_s = load_time_s
-        self._client = client
+        self._grpc = grpc
         self._adapter = adapter
         self._stubs = {pid: procfs.start_time(pid) for pid in stubs}
         self._server_growth = server_growth  # native backends: what the server grew by at load
@@ -49,17 +49,17 @@ class TritonModel:
 
     @property
     def pid(self) -> int | None:
-        return next(iter(self._stubs), None) or self._client.server_pid()
+        return next(iter(self._stubs), None) or self._grpc.server_pid()
 
     @property
     def alive(self) -> bool:
-        if self._stopped or self._client.server_pid() is None:
+        if self._stopped or self._grpc.server_pid() is None:
             return False
         return all(procfs.is_running(pid, started) for pid, started in self._stubs.items())
 
     def invoke(self, request: InvokeRequest, body: bytes, timeout_s: float = 60.0) -> tuple[InvokeReply, bytes]:
         started = time.perf_counter()
-        reply, out = self._adapter.invoke(self._client, request, body, min(timeout_s, request.timeout_s))
+        reply, out = self._adapter.invoke(self._grpc, request, body, min(timeout_s, request.timeout_s))
         return InvokeReply(reply.content_type, compute_s=time.perf_counter() - started), out
 
     def footprint(self) -> procfs.Footprint:
@@ -74,19 +74,19 @@ class TritonModel:
         if self._stopped:
             return
         self._stopped = True
-        self._client.unload(self.spec.name, self._unload_timeout_s)
+        self._grpc.unload(self.spec.name, self._unload_timeout_s)
         deadline = time.monotonic() + timeout_s
         while any(procfs.is_running(p, s) for p, s in self._stubs.items()) and time.monotonic() < deadline:
             time.sleep(0.05)
         for pid, started in self._stubs.items():
             procfs.kill_if_same(pid, started)
-        repository.remove_model(Path(self._client.config.repository), self.spec.name)
+        repository.remove_model(Path(self._grpc.config.repository), self.spec.name)
 
 
 class TritonWorkerFactory:
-    def __init__(self, config: MultiModelConfig, client: TritonClient):
+    def __init__(self, config: MultiModelConfig, grpc: TritonGrpc):
         self.config = config
-        self.client = client
+        self.grpc = grpc
         self.repository = Path(config.triton.repository)
         self.repository.mkdir(parents=True, exist_ok=True)
         self.backends = find_install(config.triton.server).backend_names()
@@ -94,7 +94,7 @@ class TritonWorkerFactory:
 
     @classmethod
     def from_config(cls, config: MultiModelConfig) -> "TritonWorkerFactory":
-        return cls(config, TritonClient(config.triton))
+        return cls(config, TritonGrpc(config.triton))
 
     def __call__(self, spec: ModelSpec):
         if spec.task is Task.CAUSAL_LM:
@@ -106,7 +106,7 @@ class TritonWorkerFactory:
         repository.write_model(self.repository, spec, io, self.config.triton, backend, self.config.engine.num_threads)
         try:
             # Triton's own stub timeout (the load timeout) answers first, with its reason; this is the backstop.
-            self.client.load(spec.name, float(self.config.triton.load_timeout_s) + LOAD_GRACE_S)
+            self.grpc.load(spec.name, float(self.config.triton.load_timeout_s) + LOAD_GRACE_S)
         except BaseException as exc:
             self._give_up(spec.name)
             if isinstance(exc, RequestTimeout):
@@ -114,38 +114,38 @@ class TritonWorkerFactory:
                     f"model {spec.name!r} did not load in Triton within {self.config.triton.load_timeout_s} s"
                 ) from None
             raise
-        stubs = self.client.stub_pids(spec.name) if backend == "python" else []
+        stubs = self.grpc.stub_pids(spec.name) if backend == "python" else []
         if backend == "python" and not stubs:
             self._give_up(spec.name)
             raise ModelLoadError(f"model {spec.name!r} loaded in Triton but none of its stub processes is running")
         growth = max(0, self._server_uss() - server_before) if backend != "python" else 0
         log.info("loaded %s in Triton (%s backend, stubs %s)", spec.name, backend, stubs)
-        return TritonModel(spec, self.client, Adapter(spec, io), stubs, growth, time.monotonic() - started,
+        return TritonModel(spec, self.grpc, Adapter(spec, io), stubs, growth, time.monotonic() - started,
                            float(self.config.triton.load_timeout_s))
 
     def _give_up(self, name: str) -> None:
         """After a failed load: nothing of it may stay (Triton's model, its stubs, its folder)."""
-        stubs = {pid: procfs.start_time(pid) for pid in self.client.stub_pids(name)}
-        self.client.unload(name, 10.0)
+        stubs = {pid: procfs.start_time(pid) for pid in self.grpc.stub_pids(name)}
+        self.grpc.unload(name, 10.0)
         for pid, started in stubs.items():
             procfs.kill_if_same(pid, started)
         repository.remove_model(self.repository, name)
 
     def _server_uss(self) -> int:
-        pid = self.client.server_pid()
+        pid = self.grpc.server_pid()
         return procfs.footprint(pid).uss if pid else 0
 
     def check_health(self) -> None:
         """/ping: 503 while Triton is not ready or gone."""
-        self.client.check_health()
+        self.grpc.check_health()
 
     def shared_bytes(self) -> int:
         """tritonserver itself and the zygote (the causal LMs'), counted once, outside the budget."""
-        pid = self.client.server_pid()
+        pid = self.grpc.server_pid()
         return (procfs.rss(pid) if pid else 0) + self.native.shared_bytes()
 
     def close(self) -> None:
         try:
-            self.client.close()
+            self.grpc.close()
         except ServingError:
             pass

@@ -16,9 +16,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..config import TritonConfig
-from ..errors import EngineDead, EngineNotReady, ModelLoadError, RequestTimeout, ServingError
-from ..process import procfs
+from ...config import TritonConfig
+from ...errors import EngineDead, EngineNotReady, ModelLoadError, RequestTimeout, ServingError
+from ...process import procfs
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ def as_serving_error(exc: Exception, what: str) -> ServingError:
     return ServingError(f"{what}: {text}")
 
 
-class TritonClient:
+class TritonGrpc:
     def __init__(self, config: TritonConfig):
         self.config = config
         self._client = _grpc().InferenceServerClient(f"127.0.0.1:{config.grpc_port}")

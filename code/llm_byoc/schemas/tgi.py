@@ -26,7 +26,7 @@ from ..engine.outputs import GenerationResult, TokenEvent
 from ..errors import InvalidRequest
 from ..protocol import FinishReason, SamplingParams
 from .structured import tgi_grammar
-from .schemas import (
+from .invocation import (
     ResponseContext,
     opt_bool,
     opt_int,

@@ -9,7 +9,8 @@
     GET    /ping                    liveness (503 when the backend, e.g. Triton, is gone)
 
 Errors are ServingError subclasses, turned into JSON by the app's one error
-handler (``api.errors.register_error_handlers``).
+handler (``errors.register_error_handlers``). The models, their cache and
+their processes are ``llm_byoc.multimodel``'s; this module is only HTTP.
 """
 
 from __future__ import annotations
@@ -21,19 +22,22 @@ from collections.abc import Callable
 
 from flask import Flask, Response, jsonify, request
 
-from ..api.body import read_all
 from ..config import MultiModelConfig
+from ..contract import MODEL_TIME_HEADER, TARGET_MODEL_HEADER
 from ..errors import InvalidRequest, ModelNotFound
-from .manager import ModelManager, Worker
-from .messages import InvokeRequest
-from .model_engine import ProcessWorkerFactory
-from .store import ModelSpec, ModelStore, validate_name
+from ..multimodel.manager import ModelManager, Worker
+from ..multimodel.messages import InvokeRequest
+from ..multimodel.model_engine import ProcessWorkerFactory
+from ..multimodel.store import ModelSpec, ModelStore, validate_name
+from ..multimodel.triton.factory import TritonWorkerFactory
+from .admission import CapacityGate, model_gate
+from .body import read_all
+from .loop_admission import ADMISSION_EXTENSION, TICKET, LoopAdmission, invoked_model
 
-TARGET_MODEL_HEADER = "X-Amzn-SageMaker-Target-Model"
-MODEL_TIME_HEADER = "X-Model-Time-Ms"  # time spent in the model's handler, in its worker
 EXTENSION_KEY = "llm_byoc_model_manager"
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
+MAX_IN_FLIGHT_PER_MODEL = 256  # invokes of one model at once; more is 429, not an ever-growing queue
 
 
 def _page_args() -> tuple[int, str]:
@@ -76,10 +80,17 @@ def _invocation(timeout_s: float) -> tuple[InvokeRequest, bytes]:
     return invocation, read_all(request)
 
 
-def _respond(manager: ModelManager, name: str, timeout_s: float) -> Response:
-    validate_name(name)
-    invocation, body = _invocation(timeout_s)
-    reply, out = manager.invoke(name, invocation, body)
+def _respond(manager: ModelManager, gate: CapacityGate, name: str, timeout_s: float) -> Response:
+    ticket = request.environ.pop(TICKET, None)  # the HTTP worker's event loop may have admitted it
+    try:
+        validate_name(name)
+        if ticket is None:
+            ticket = gate.reserve(name)  # 429 before the body is read
+        invocation, body = _invocation(timeout_s)
+        reply, out = manager.invoke(name, invocation, body)
+    finally:
+        if ticket is not None:
+            ticket.release()
     response = Response(out, status=200, content_type=reply.content_type)
     response.headers[MODEL_TIME_HEADER] = f"{reply.compute_s * 1e3:.3f}"
     return response
@@ -88,8 +99,6 @@ def _respond(manager: ModelManager, name: str, timeout_s: float) -> Response:
 def default_worker_factory(config: MultiModelConfig) -> Callable[[ModelSpec], Worker]:
     """The backend: a process per model (native), or Triton Inference Server (triton)."""
     if config.backend == "triton":
-        from ..triton.factory import TritonWorkerFactory  # imported only with this backend
-
         return TritonWorkerFactory.from_config(config)
     factory = ProcessWorkerFactory(config.engine, start_method=config.start_method)
     factory.warm_up()
@@ -101,11 +110,14 @@ def register_multi_model_routes(
     config: MultiModelConfig,
     worker_factory: Callable[[ModelSpec], Worker] | None = None,
     invoke_timeout_s: float = 60.0,
+    max_in_flight: int = MAX_IN_FLIGHT_PER_MODEL,
 ) -> None:
     """Add the MME routes.
 
     ``worker_factory`` defaults to the configured backend (tests pass fakes);
-    ``invoke_timeout_s`` bounds one invoke (SAGEMAKER_MODEL_SERVER_TIMEOUT: 504 after it).
+    ``invoke_timeout_s`` bounds one invoke (SAGEMAKER_MODEL_SERVER_TIMEOUT: 504 after it);
+    ``max_in_flight``: the invokes of one model at once, counted in one gate whether the HTTP
+    worker's event loop admitted them (``/models/NAME/invoke``) or the route did.
     A factory may offer ``shared_bytes()`` (memory shared by all its models,
     reported apart), ``check_health()`` (raises a ServingError while its backend
     is not serving: /ping 503) and ``close()`` (after the manager's shutdown).
@@ -114,6 +126,8 @@ def register_multi_model_routes(
     shared = getattr(factory, "shared_bytes", lambda: 0)
     manager = ModelManager(ModelStore(config.model_root), config.memory_budget_bytes, factory, shared_bytes=shared)
     app.extensions[EXTENSION_KEY] = manager
+    gate = model_gate(max_in_flight)
+    app.extensions[ADMISSION_EXTENSION] = LoopAdmission(gate, invoked_model)
     check_health = getattr(factory, "check_health", lambda: None)
 
     def shutdown() -> None:
@@ -145,14 +159,14 @@ def register_multi_model_routes(
 
     @app.post("/models/<name>/invoke", endpoint="mme_invoke_model")
     def invoke_model(name: str):
-        return _respond(manager, name, invoke_timeout_s)
+        return _respond(manager, gate, name, invoke_timeout_s)
 
     @app.post("/invocations", endpoint="mme_invocations")
     def invocations():
         name = request.headers.get(TARGET_MODEL_HEADER)
         if not name:
             raise InvalidRequest(f"multi-model mode needs the {TARGET_MODEL_HEADER} header")
-        return _respond(manager, name, invoke_timeout_s)
+        return _respond(manager, gate, name, invoke_timeout_s)
 
     if not any(rule.rule == "/ping" for rule in app.url_map.iter_rules()):
 

@@ -1,4 +1,4 @@
-"""The same models through each multi-model backend, side by side (``bench --backends``).
+"""The same models through each multi-model backend, side by side (``python -m llm_byoc.bench.multimodel --backends``).
 
 Per backend and model: cold load (``POST /models`` through the first answer),
 warm latency p50/p99 and requests/s at each client concurrency, memory per
@@ -22,8 +22,11 @@ from pathlib import Path
 from flask import Flask
 
 from ..api.errors import register_error_handlers
+from ..api.multimodel_routes import model_manager, register_multi_model_routes
 from ..config import EngineConfig, MultiModelConfig, TritonConfig
-from .routes import model_manager, register_multi_model_routes
+from ..multimodel.handlers.by_kind import PRELOADED_HANDLERS
+from ..multimodel.triton.server import TritonServer
+from ..process import get_context
 
 GiB = 1024**3
 
@@ -45,10 +48,8 @@ def zygote_ready_s() -> float:
     """Seconds until the zygote forks a process (0 if it runs already): a server starts it at start-up."""
     import os
 
-    from ..process import get_context
-
     started = time.perf_counter()
-    process = get_context("forkserver").Process(target=os.getpid)
+    process = get_context("forkserver", preload=PRELOADED_HANDLERS).Process(target=os.getpid)
     process.start()
     process.join(120)
     return time.perf_counter() - started
@@ -95,11 +96,11 @@ def _memory(app, name: str) -> dict:
 
 def _batching(app, name: str) -> dict | None:
     factory = model_manager(app)._factory
-    client = getattr(factory, "client", None)
-    if client is None:
+    grpc = getattr(factory, "grpc", None)  # the Triton backend's
+    if grpc is None:
         return None
     try:
-        return client.statistics(name)
+        return grpc.statistics(name)
     except Exception:  # noqa: BLE001 - a model Triton does not host (the LLM) has no statistics
         return None
 
@@ -143,8 +144,6 @@ def run_backends(repo: dict[str, Path], names: list[str], backends: list[str], s
         for backend in backends:
             config = MultiModelConfig(engine=engine, backend=backend)
             if backend == "triton":
-                from ..triton.server import TritonServer
-
                 tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mme-bench-triton-")))
                 triton = TritonConfig(repository=str(tmp / "repository"), http_port=_free_port(), grpc_port=_free_port())
                 server = TritonServer(triton, log_file=tmp / "triton.log")
