@@ -30,6 +30,7 @@ from pathlib import Path
 
 from .. import cpu
 from ..config import LINEAR_BACKENDS, EngineConfig
+from ..engine.llm_engine import LLMEngine
 from ..models.default_model import model_or_default
 from ..protocol import SamplingParams
 from .stats import distribution
@@ -121,8 +122,6 @@ def result_line(name: str, tokens_per_s: float, ttft: list[float], e2e: list[flo
 
 def start_engine(model_dir: str, device: str = "cpu", **settings):
     """An in-process engine on ``model_dir`` (EngineConfig ``settings``), loaded and warmed up."""
-    from ..engine.llm_engine import LLMEngine
-
     engine = LLMEngine.start(EngineConfig(model=model_dir, device=device, **settings))
     engine.wait_ready(timeout_s=300)
     engine.generate(["Warm-up request."], SamplingParams(max_new_tokens=4))  # first-step costs

@@ -28,6 +28,7 @@ from ..protocol import (
     SamplingParams,
     SessionCommand,
 )
+from .client import SocketCoreClient
 from .core_client import CoreClient, InProcessCore
 from .outputs import GenerationResult
 from .request import PromptStream, RequestHandle
@@ -62,8 +63,6 @@ class LLMEngine:
     def connect(cls, socket_path: str, timeout_s: float = 30.0, tokenizer: Any = None,
                 trust_remote_code: bool = False) -> LLMEngine:
         """The front end of an engine server; waits up to ``timeout_s`` for its socket."""
-        from .client import SocketCoreClient
-
         return cls(lambda on_outputs: SocketCoreClient(socket_path, on_outputs, timeout_s),
                    tokenizer, trust_remote_code)
 
