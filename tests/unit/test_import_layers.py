@@ -52,6 +52,10 @@ DEFERRED: dict[tuple[str, str], str] = {
     ("llm_byoc.deploy.cli", "llm_byoc.deploy.component_commands"): "boto3 only after parsing: --help stays fast",
     ("llm_byoc.executor.step_worker", "llm_byoc.worker.main"): "the worker's torch is imported in its child only",
     ("llm_byoc.worker.main", "llm_byoc.worker.runner"): "torch after the child has set its threads up",
+    ("llm_byoc.api.multimodel_routes", "llm_byoc.multimodel.triton.factory"):
+        "the Triton backend (numpy, the handlers) only when it is configured: every HTTP worker imports the routes",
+    ("llm_byoc.multimodel.model_entry", "llm_byoc.multimodel.handlers.by_kind"):
+        "the handlers' numpy and LLM engine in the model process only, not in the server that starts it",
     ("llm_byoc.engine.llm_engine", "llm_byoc.models.fast_tokenizer"): "tokenizers only once a tokenizer is needed",
     ("llm_byoc.grammar.compiler", "llm_byoc.models.fast_tokenizer"): "tokenizers only once a grammar is compiled",
     ("llm_byoc.models.source", "llm_byoc.models.gguf_cache"): "the optional gguf package, for a .gguf model only",

@@ -29,7 +29,6 @@ from ..multimodel.manager import ModelManager, Worker
 from ..multimodel.messages import InvokeRequest
 from ..multimodel.model_engine import ProcessWorkerFactory
 from ..multimodel.store import ModelSpec, ModelStore, validate_name
-from ..multimodel.triton.factory import TritonWorkerFactory
 from .admission import CapacityGate, model_gate
 from .body import read_all
 from .loop_admission import ADMISSION_EXTENSION, TICKET, LoopAdmission, invoked_model
@@ -99,6 +98,8 @@ def _respond(manager: ModelManager, gate: CapacityGate, name: str, timeout_s: fl
 def default_worker_factory(config: MultiModelConfig) -> Callable[[ModelSpec], Worker]:
     """The backend: a process per model (native), or Triton Inference Server (triton)."""
     if config.backend == "triton":
+        from ..multimodel.triton.factory import TritonWorkerFactory  # its numpy and handlers with this backend only
+
         return TritonWorkerFactory.from_config(config)
     factory = ProcessWorkerFactory(config.engine, start_method=config.start_method)
     factory.warm_up()

@@ -24,7 +24,7 @@ from flask import Flask
 from ..api.errors import register_error_handlers
 from ..api.multimodel_routes import model_manager, register_multi_model_routes
 from ..config import EngineConfig, MultiModelConfig, TritonConfig
-from ..multimodel.handlers.by_kind import PRELOADED_HANDLERS
+from ..multimodel.handlers import PRELOADED_HANDLERS
 from ..multimodel.triton.server import TritonServer
 from ..process import get_context
 

@@ -14,7 +14,7 @@ from multiprocessing import forkserver
 from ..config import EngineConfig
 from ..process import get_context
 from ..process.launcher import resolve
-from .handlers.by_kind import PRELOADED_HANDLERS
+from .handlers import PRELOADED_HANDLERS
 from .model_process import ModelProcess, shared_bytes
 from .store import ModelSpec
 

@@ -21,13 +21,14 @@ from ..process import Channel, serve_calls
 from ..process.threads import lower_priority
 from ..protocol import WorkerFailure
 from . import messages
-from .handlers.by_kind import create_handler
 from .store import ModelSpec
 
 log = logging.getLogger(__name__)
 
 
 def _load(channel: Channel, spec: ModelSpec, num_threads: int, engine: EngineConfig | None):
+    from .handlers.by_kind import create_handler  # the handlers (numpy, the LLM engine): in this process only
+
     started = time.monotonic()
     try:
         handler = create_handler(spec, num_threads, engine)

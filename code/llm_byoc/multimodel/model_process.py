@@ -22,7 +22,7 @@ from ..process import CallTimeout, WorkerHandle, WorkerStartFailed, get_context,
 from ..process.launcher import resolve, zygote_pid
 from ..protocol import Shutdown, WorkerFailure
 from . import messages
-from .handlers.by_kind import PRELOADED_HANDLERS
+from .handlers import PRELOADED_HANDLERS
 from .model_entry import run_model_process
 from .store import ModelSpec
 

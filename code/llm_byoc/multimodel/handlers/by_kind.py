@@ -14,10 +14,6 @@ from ..store import Framework, ModelSpec, Task
 from . import image, text
 from .causal_lm import CausalLMHandler
 
-# What the zygote imports for every model process it forks (``process/launcher.py``
-# takes the names; ``process/`` itself knows nothing of the handlers).
-PRELOADED_HANDLERS = (image.__name__, text.__name__)
-
 
 def create_handler(spec: ModelSpec, num_threads: int = 0, engine: EngineConfig | None = None):
     """The handler for ``spec``'s task and framework, with its model loaded."""
