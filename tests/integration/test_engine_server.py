@@ -15,7 +15,7 @@ import pytest
 from fakes.fake_worker import FakeModel, expected_tokens, fake_target
 from fakes.tokenizers import byte_level_bpe
 from llm_byoc.config import EngineConfig
-from llm_byoc.engine import ipc
+from llm_byoc.engine import engine_socket
 from llm_byoc.engine.llm_engine import LLMEngine
 from llm_byoc.engine.server import EngineServer
 from llm_byoc.errors import EngineDead, InvalidRequest, QueueFull
@@ -51,7 +51,7 @@ def connect(socket_path: str) -> LLMEngine:
 
 def test_two_front_ends_share_one_engine(server, socket_path):
     a, b = connect(socket_path), connect(socket_path)
-    assert oct(stat.S_IMODE(os.stat(ipc.key_path(socket_path)).st_mode)) == "0o600"
+    assert oct(stat.S_IMODE(os.stat(engine_socket.key_path(socket_path)).st_mode)) == "0o600"
     try:
         handles = [a.submit([[5, 6], [7]], SamplingParams(max_new_tokens=5)), b.submit([[9, 9, 9]], SamplingParams(max_new_tokens=4))]
         ra, rb = (h.result(timeout_s=10) for h in handles)
@@ -65,13 +65,14 @@ def test_two_front_ends_share_one_engine(server, socket_path):
 
 
 def test_refusals_come_back_as_typed_errors(server, socket_path):
+    """A submit does not wait for the engine: its refusal is the first thing its stream says."""
     engine = connect(socket_path)
     try:
         with pytest.raises(InvalidRequest, match="max_new_tokens"):
-            engine.submit([[5]], SamplingParams(max_new_tokens=100_000))
+            engine.submit([[5]], SamplingParams(max_new_tokens=100_000)).result(timeout_s=10)
         long = engine.submit([[1, 2], [3, 4], [5, 6], [7, 8], [9, 10], [11, 12]], SamplingParams(max_new_tokens=1000))
         with pytest.raises(QueueFull):
-            engine.submit([[5]], SamplingParams(max_new_tokens=3))
+            engine.submit([[5]], SamplingParams(max_new_tokens=3)).result(timeout_s=10)
         long.abort()
         results = engine.generate([[5]], SamplingParams(max_new_tokens=3), timeout_s=10)
         assert results[0].finish_reason is FinishReason.LENGTH

@@ -35,8 +35,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # Child processes and their handles; model files and tokenizers; grammars.
     ("process, models, grammar", ("process", "models", "grammar")),
     ("worker", ("worker",)),  # the model worker process: the model step on tensors
-    ("executor", ("executor",)),  # the engine's handle on its model worker
-    ("engine", ("engine",)),  # scheduler, KV blocks, requests; the front end's engine seam
+    ("engine", ("engine",)),  # the engine seam; scheduler, KV blocks, requests; its model executor
     # Request and response shapes (TGI, OpenAI, SSE), below both the HTTP API and the
     # multi-model causal-LM handler.
     ("schemas", ("schemas",)),
@@ -50,7 +49,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 DEFERRED: dict[tuple[str, str], str] = {
     ("llm_byoc.deploy.cli", "llm_byoc.deploy.commands"): "boto3 only after parsing: --help stays fast",
     ("llm_byoc.deploy.cli", "llm_byoc.deploy.component_commands"): "boto3 only after parsing: --help stays fast",
-    ("llm_byoc.executor.step_worker", "llm_byoc.worker.main"): "the worker's torch is imported in its child only",
+    ("llm_byoc.engine.model_executor", "llm_byoc.worker.main"): "the worker's torch is imported in its child only",
     ("llm_byoc.worker.main", "llm_byoc.worker.runner"): "torch after the child has set its threads up",
     ("llm_byoc.api.multimodel_routes", "llm_byoc.multimodel.triton.factory"):
         "the Triton backend (numpy, the handlers) only when it is configured: every HTTP worker imports the routes",

@@ -21,6 +21,7 @@ from typing import Any
 from flask import Flask, jsonify, request
 
 from ..contract import ADAPTER_ALIAS_HEADER, ADAPTER_HEADER
+from ..engine.seam import ServingEngine
 from ..errors import AdapterNotFound, InvalidRequest
 from ..schemas.invocation import opt_bool, reject_unknown, require_object
 from .body import read_json
@@ -42,7 +43,7 @@ def _status_json(status) -> dict:
     return dataclasses.asdict(status)
 
 
-def register_adapter_routes(app: Flask, engine: Any, max_payload_bytes: int) -> None:
+def register_adapter_routes(app: Flask, engine: ServingEngine, max_payload_bytes: int) -> None:
     @app.post("/adapters")
     def register_adapter():
         body = require_object(read_json(request, max_payload_bytes), "the request body")

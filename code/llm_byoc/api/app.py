@@ -9,9 +9,8 @@
 
 Multi-model mode (``create_multi_model_app``): the MME routes of ``api/multimodel_routes.py``.
 
-``engine`` is anything with the LLMEngine front-end API (``health``, ``submit``,
-``tokenizer``): an ``LLMEngine``, or the ``EngineLink`` the wsgi entry uses to
-reach the engine process. Errors are ``ServingError``s, turned into JSON by
+``engine`` is a ``ServingEngine`` (``engine/seam.py``): an ``LLMEngine``, or the
+``EngineLink`` the wsgi entry uses to reach the engine process. Errors are ``ServingError``s, turned into JSON by
 the one handler in ``api.errors``. ``/ping`` answers from ``HealthCache``
 and never waits on the engine; a connection over the worker's limit
 (``OVER_CAPACITY``, see ``http_worker``) gets 429 for anything but ``/ping`` and ``/health``.
@@ -21,13 +20,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any
 
 from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from ..config import MultiModelConfig, ServerConfig
 from ..contract import CUSTOM_ATTRIBUTES_HEADER, REQUEST_ID_HEADER
+from ..engine.seam import ServingEngine
 from ..errors import EngineDead, EngineNotReady, PayloadTooLarge, TooManyConnections
 from ..logging_setup import context_from_headers, reset_request_context, set_request_context
 from ..metrics import engine_refresher, register_metrics_route
@@ -51,7 +50,7 @@ MIB = 1024 * 1024
 
 
 def create_app(
-    engine: Any, config: ServerConfig, capacity: int | None = None, health_refresh_s: float = REFRESH_S
+    engine: ServingEngine, config: ServerConfig, capacity: int | None = None, health_refresh_s: float = REFRESH_S
 ) -> Flask:
     """``capacity``: the engine's running + waiting sequences (None: only the engine decides);
     ``health_refresh_s``: how often /ping's report is refreshed (0: ask on every ping)."""
@@ -164,7 +163,7 @@ def _base_app(config: ServerConfig) -> Flask:
 class _ModelFacts:
     """What responses say about the model, read from the engine once it is ready."""
 
-    def __init__(self, engine: Any, served_name: str = ""):
+    def __init__(self, engine: ServingEngine, served_name: str = ""):
         self._engine = engine
         self._served_name = served_name
         self._info: ModelInfo | None = None

@@ -5,8 +5,8 @@ before its model is loaded), yet ``/ping`` must answer at once. ``EngineLink``
 keeps trying ``connect()`` on a daemon thread; until it succeeds the engine
 reports LOADING and requests get 503. Once the model is loaded it also loads
 the tokenizer in this process before ``/ping`` says READY, so the first request
-does not pay for it. It offers the slice of the LLMEngine API the HTTP layer
-uses, so the app cannot tell it from an engine.
+does not pay for it. It is a ``ServingEngine`` (``engine/seam.py``) that hands
+each call to the connected one, so the app cannot tell it from an engine.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..adapters.messages import AdapterStatus
+from ..engine.seam import RequestStream, ServingEngine
 from ..errors import EngineNotReady, ServingError
 from ..protocol import EngineState, HealthReport
 
@@ -25,14 +27,14 @@ log = logging.getLogger(__name__)
 
 class EngineLink:
     def __init__(
-        self, connect: Callable[[], Any], where: str, retry_interval_s: float = 0.5, health_timeout_s: float | None = None
+        self, connect: Callable[[], ServingEngine], where: str, retry_interval_s: float = 0.5, health_timeout_s: float | None = None
     ):
         """``health_timeout_s``: how long a health check may wait for the engine (None: the engine's default)."""
         self._connect = connect
         self._where = where
         self._retry_interval_s = retry_interval_s
         self._health_kwargs = {} if health_timeout_s is None else {"timeout_s": health_timeout_s}
-        self._engine: Any = None
+        self._engine: Any = None  # the connected engine (an LLMEngine: it also has wait_ready)
         self._warm = False  # the tokenizer is loaded in this process
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
@@ -78,7 +80,7 @@ class EngineLink:
     def connected(self) -> bool:
         return self._engine is not None
 
-    def _require(self) -> Any:
+    def _require(self) -> ServingEngine:
         engine = self._engine
         if engine is None:
             raise EngineNotReady(f"the engine at {self._where} is starting; retry shortly")
@@ -94,31 +96,27 @@ class EngineLink:
         return report
 
     def submit(self, prompts, params, request_id: str | None = None, adapter: str | None = None,
-               session_id: str | None = None):
+               session_id: str | None = None) -> RequestStream:
         return self._require().submit(prompts, params, request_id=request_id, adapter=adapter, session_id=session_id)
 
-    def open_session(self):
+    def open_session(self) -> tuple[str, float]:
         return self._require().open_session()
 
     def close_session(self, session_id: str) -> None:
         self._require().close_session(session_id)
 
-    def register_adapter(self, name: str, src: str, preload: bool = False):
+    def register_adapter(self, name: str, src: str, preload: bool = False) -> list[AdapterStatus]:
         return self._require().register_adapter(name, src, preload=preload)
 
-    def unregister_adapter(self, name: str):
+    def unregister_adapter(self, name: str) -> list[AdapterStatus]:
         return self._require().unregister_adapter(name)
 
-    def list_adapters(self):
+    def list_adapters(self) -> list[AdapterStatus]:
         return self._require().list_adapters()
 
     @property
     def tokenizer(self) -> Any:
         return self._require().tokenizer
-
-    @property
-    def max_model_len(self) -> int:
-        return self._require().max_model_len
 
     def shutdown(self) -> None:
         self._stopped.set()

@@ -31,6 +31,7 @@ from typing import Any
 from flask import Response, g, jsonify, request, stream_with_context
 
 from ..config import ServerConfig
+from ..engine.seam import RequestStream, ServingEngine
 from ..errors import ShuttingDown
 from ..schemas.dispatch import Parser, parse_invocation
 from ..schemas.sse import SSE_MIMETYPE, sse_headers
@@ -50,7 +51,7 @@ CLIENT_SOCKET = "gunicorn.socket"  # the connection's socket, in gunicorn's envi
 class InFlight:
     """What a submitted request holds: its handle, its room, its socket watch."""
 
-    def __init__(self, handle: Any, ticket: Ticket | None, unwatch: Callable[[], None], forget: Callable):
+    def __init__(self, handle: RequestStream, ticket: Ticket | None, unwatch: Callable[[], None], forget: Callable):
         self.handle = handle
         self.stop_reason: str | None = None  # set when the server ends it (shutting down)
         self._ticket = ticket
@@ -78,7 +79,7 @@ class InFlight:
 
 
 class InvocationRoute:
-    def __init__(self, engine: Any, config: ServerConfig, model: Any, gate: CapacityGate | None, watch: ClientWatch,
+    def __init__(self, engine: ServingEngine, config: ServerConfig, model: Any, gate: CapacityGate | None, watch: ClientWatch,
                  parse: Parser = parse_invocation):
         self._engine = engine
         self._parse = parse

@@ -17,6 +17,7 @@ from typing import Any
 from flask import Flask, jsonify
 
 from ..config import ServerConfig
+from ..engine.seam import ServingEngine
 from ..schemas.dispatch import parse_chat_completion, parse_text_completion
 from .admission import CapacityGate
 from .client_watch import ClientWatch
@@ -25,7 +26,7 @@ from .invocations import InvocationRoute
 OWNER = "llm-byoc"
 
 
-def register_openai_routes(app: Flask, engine: Any, config: ServerConfig, model: Any,
+def register_openai_routes(app: Flask, engine: ServingEngine, config: ServerConfig, model: Any,
                            gate: CapacityGate | None, watch: ClientWatch) -> None:
     """``model``: app._ModelFacts; ``gate``/``watch``: the ones ``/invocations`` uses."""
     for path, endpoint, parse in (

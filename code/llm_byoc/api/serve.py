@@ -45,7 +45,7 @@ import tempfile
 import time
 
 from ..config import ENV_ENGINE_SOCKET, ConfigError, EngineConfig, MultiModelConfig, ServerConfig
-from ..engine import ipc
+from ..engine import engine_socket
 from ..logging_setup import configure_logging
 from ..metrics import ENV_PROMETHEUS_MULTIPROC_DIR
 from ..process import privileges
@@ -125,7 +125,7 @@ class Supervisor:
     def __init__(self, config: ServerConfig):
         self._private_dir = None
         if not config.multi_model and not config.engine_socket:
-            config = dataclasses.replace(config, engine_socket=ipc.make_private_socket_path())
+            config = dataclasses.replace(config, engine_socket=engine_socket.make_private_socket_path())
             self._private_dir = os.path.dirname(config.engine_socket)
         self.config = config
         self.children: dict[int, tuple[str, subprocess.Popen]] = {}

@@ -29,6 +29,7 @@ from ..contract import (
     SESSION_HEADER,
     is_session_id,
 )
+from ..engine.seam import ServingEngine
 from ..errors import InvalidRequest
 
 
@@ -57,7 +58,7 @@ def session_of(headers: Any) -> str | None:
     return value
 
 
-def answer_session_request(engine: Any, kind: str, headers: Any) -> Response:
+def answer_session_request(engine: ServingEngine, kind: str, headers: Any) -> Response:
     if kind == NEW_SESSION:
         session_id, ttl_s = engine.open_session()
         expires = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=ttl_s)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from ..config import EngineConfig
 from ..errors import EngineDead, EngineNotReady, InvalidRequest, ServingError
 from ..adapters.messages import AdapterCommand, AdapterReply
-from ..executor import StepFailed, StepWorker
+from .model_executor import StepFailed, StepWorker
 from ..protocol import (
     SessionCommand,
     SessionReply,

@@ -1,9 +1,11 @@
 """How the front end reaches the engine core: in this process, or over a socket.
 
 ``LLMEngine`` talks to a ``CoreClient``; ``InProcessCore`` calls the core
-directly, ``SocketCoreClient`` (client.py) sends the same messages to an
-engine server process. ``add`` is all-or-nothing: when one sequence of a
-request is refused, none of them stays queued and the error is raised.
+directly, ``RemoteCore`` (remote_core.py) sends the same messages to an engine
+server process. A refused sequence: ``InProcessCore.add`` raises at once (and
+leaves none of the request queued); ``RemoteCore.add`` does not wait, and the
+refusal comes back on the sequence's stream, where the request handle raises it
+and aborts the request's other sequences.
 """
 
 from __future__ import annotations

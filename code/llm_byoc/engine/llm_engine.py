@@ -26,22 +26,25 @@ from ..protocol import (
     HealthReport,
     ModelInfo,
     SamplingParams,
+    SequenceRejected,
     SessionCommand,
 )
-from .client import SocketCoreClient
 from .core_client import CoreClient, InProcessCore
+from .remote_core import RemoteCore
 from .outputs import GenerationResult
 from .request import PromptStream, RequestHandle
+from .seam import Prompts
 
 __all__ = ["LLMEngine", "RequestHandle"]
 
-Prompts = list[str] | list[list[int]]
 ADAPTER_TIMEOUT_S = 120.0  # a preload reads the adapter's weights
 
 
 class LLMEngine:
+    """Our engine behind the seam (``seam.ServingEngine``)."""
+
     def __init__(self, make_core, tokenizer: Any = None, trust_remote_code: bool = False):
-        """Use ``start`` or ``connect``. ``make_core(on_outputs)`` builds the CoreClient."""
+        """Use ``start`` or ``connect``. ``make_core(on_outputs, on_lost)`` builds the CoreClient."""
         self._routes: dict[str, RequestHandle] = {}
         self._routes_lock = threading.Lock()
         self._tokenizer = tokenizer
@@ -49,12 +52,12 @@ class LLMEngine:
         self._trust_remote_code = trust_remote_code
         self._info: ModelInfo | None = None
         self._call_ids = itertools.count(1)
-        self._core: CoreClient = make_core(self._route)
+        self._core: CoreClient = make_core(self._route, self._lost)
 
     @classmethod
     def start(cls, config: EngineConfig, worker_target=None, tokenizer: Any = None) -> LLMEngine:
         """An in-process engine core; returns at once while the model loads."""
-        engine = cls(lambda on_outputs: InProcessCore(config, on_outputs, worker_target),
+        engine = cls(lambda on_outputs, _on_lost: InProcessCore(config, on_outputs, worker_target),
                      tokenizer, config.trust_remote_code)
         engine._core.start()
         return engine
@@ -63,7 +66,7 @@ class LLMEngine:
     def connect(cls, socket_path: str, timeout_s: float = 30.0, tokenizer: Any = None,
                 trust_remote_code: bool = False) -> LLMEngine:
         """The front end of an engine server; waits up to ``timeout_s`` for its socket."""
-        return cls(lambda on_outputs: SocketCoreClient(socket_path, on_outputs, timeout_s),
+        return cls(lambda on_outputs, on_lost: RemoteCore.connect(socket_path, on_outputs, on_lost, timeout_s),
                    tokenizer, trust_remote_code)
 
     # --- state -------------------------------------------------------------------
@@ -110,8 +113,10 @@ class LLMEngine:
     def submit(self, prompts: Prompts, params: SamplingParams | list[SamplingParams], request_id: str | None = None,
                adapter: str | None = None, session_id: str | None = None) -> RequestHandle:
         """Queue every prompt of a request (on a registered LoRA ``adapter``, or the base model);
-        ``params``: one for all prompts, or one per prompt. Raises InvalidRequest, AdapterNotFound,
-        QueueFull, EngineNotReady or EngineDead (then nothing of the request stays queued)."""
+        ``params``: one for all prompts, or one per prompt. Raises InvalidRequest, EngineNotReady or
+        EngineDead (then nothing of the request stays queued). The engine's refusal of a sequence
+        (QueueFull, AdapterNotFound, too many new tokens) is raised here (in process) or by the
+        handle's first event (engine server): callers handle both."""
         info = self._ready_info()
         tokenizer = self._load_tokenizer()
         prompt_ids = [self._prompt_ids(p, tokenizer, info.max_model_len) for p in _as_prompt_list(prompts)]
@@ -202,6 +207,12 @@ class LLMEngine:
                 handle = self._routes.pop(rejected.seq_id, None)
                 if handle is not None:
                     handle.deliver(rejected)
+
+    def _lost(self, detail: str) -> None:
+        """The engine server is gone: every routed sequence fails with EngineDead."""
+        with self._routes_lock:
+            seq_ids = list(self._routes)
+        self._route(EngineOutputs(rejected=[SequenceRejected(s, EngineDead.error_type, detail) for s in seq_ids]))
 
     def _release(self, seq_ids: list[str]) -> None:
         """Stop routing these sequences and abort them in the core (idempotent)."""

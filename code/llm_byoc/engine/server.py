@@ -13,9 +13,7 @@ stops too). SIGTERM: stop, shut the worker down, exit 0.
 
 from __future__ import annotations
 
-import hmac
 import logging
-import os
 import signal
 import threading
 import time
@@ -23,14 +21,13 @@ from multiprocessing.connection import Listener
 
 from ..config import ConfigError, EngineConfig, ServerConfig
 from ..protocol import EngineOutputs, EngineState
-from . import ipc
+from . import engine_socket
 from .core import EngineCore
 from .server_connection import FrontConnection
 
 log = logging.getLogger(__name__)
 
 DEAD_LINGER_S = 1.0  # after the worker died, keep answering health (DEAD) this long
-AUTH_TIMEOUT_S = 5.0
 
 
 class EngineServer:
@@ -47,15 +44,7 @@ class EngineServer:
 
     def start(self) -> None:
         """Bind the socket and start loading the model; returns at once."""
-        ipc.check_private_dir(self.socket_path)
-        if os.path.exists(self.socket_path):
-            os.unlink(self.socket_path)  # a stale socket from an earlier run
-        self._key = ipc.write_key(self.socket_path)
-        old_umask = os.umask(0o177)  # the socket file is created 0600
-        try:
-            self._listener = Listener(self.socket_path, family="AF_UNIX")
-        finally:
-            os.umask(old_umask)
+        self._listener, self._key = engine_socket.listen(self.socket_path)
         self.core.start()
         threading.Thread(target=self._accept_loop, name="engine-accept", daemon=True).start()
         log.info("engine server listening on %s", self.socket_path)
@@ -84,9 +73,7 @@ class EngineServer:
             connections = list(self._connections)
         for connection in connections:
             connection.close()
-        for path in (self.socket_path, ipc.key_path(self.socket_path)):
-            if os.path.exists(path):
-                os.unlink(path)
+        engine_socket.remove(self.socket_path)
 
     # --- connections -------------------------------------------------------------
 
@@ -99,10 +86,10 @@ class EngineServer:
             threading.Thread(target=self._serve, args=(conn,), name="engine-conn", daemon=True).start()
 
     def _serve(self, conn) -> None:
-        if not self._authenticate(conn):
-            conn.close()
+        channel = engine_socket.admit(conn, self._key)
+        if channel is None:
             return
-        connection = FrontConnection(conn, self.core, self._own, self._disown)
+        connection = FrontConnection(channel, self.core, self._own, self._disown)
         with self._lock:
             self._connections.add(connection)
         connection.serve()  # returns when the front end goes away
@@ -115,14 +102,6 @@ class EngineServer:
             self.core.abort(seq_id)
         if mine:
             log.info("a front end disconnected; aborted its %d sequences", len(mine))
-
-    def _authenticate(self, conn) -> bool:
-        try:
-            if not conn.poll(AUTH_TIMEOUT_S):
-                return False
-            return hmac.compare_digest(conn.recv_bytes(256), self._key)
-        except (EOFError, OSError):
-            return False
 
     def _own(self, seq_id: str, connection: FrontConnection) -> bool:
         with self._lock:

@@ -1,11 +1,11 @@
 """One front end's connection to the engine server.
 
 A reader (the thread calling ``serve``) handles the front end's messages in
-order; a sender thread writes outputs from a queue, so a slow front end never
-stalls the step loop. Because a connection's messages are handled in order and
-a refusal is queued before the answer to any later message, a front end that
-sends AddSequence... then HealthRequest knows, once the HealthReport arrives,
-whether each of those sequences was accepted.
+order; a sender thread writes from a queue, so a slow front end never stalls
+the step loop. Frames are ``process.Channel``'s: a HealthRequest or a control
+command is answered on its call id; AddSequence and AbortSequence get no
+answer (a refused sequence comes back as a SequenceRejected among the outputs,
+which are sent on call id 0).
 """
 
 from __future__ import annotations
@@ -18,17 +18,10 @@ from typing import Any
 
 from ..adapters.messages import AdapterCommand
 from ..errors import ServingError
-from ..protocol import (
-    AbortSequence,
-    AddSequence,
-    EngineOutputs,
-    HealthRequest,
-    ProtocolError,
-    SequenceRejected,
-    SessionCommand,
-)
-from . import ipc
+from ..process.channel import BadFrame, Channel
+from ..protocol import AbortSequence, AddSequence, EngineOutputs, HealthRequest, SequenceRejected, SessionCommand
 from .core import EngineCore
+from .engine_socket import PUSH
 
 log = logging.getLogger(__name__)
 
@@ -38,47 +31,49 @@ _CLOSE = object()
 class FrontConnection:
     def __init__(
         self,
-        conn: Any,
+        channel: Channel,
         core: EngineCore,
         own: Callable[[str, FrontConnection], bool],
         disown: Callable[[str, FrontConnection], bool],
     ):
-        self._conn = conn
+        self._channel = channel
         self._core = core
         self._own = own  # register this connection as a sequence's owner (False: id taken)
         self._disown = disown
         self._outbox: queue.Queue = queue.Queue()
         self._sender = threading.Thread(target=self._send_loop, name="engine-conn-send", daemon=True)
 
-    def enqueue(self, message: Any) -> None:
-        self._outbox.put(message)
+    def enqueue(self, message: Any, call_id: int = PUSH) -> None:
+        self._outbox.put((call_id, message))
 
     def serve(self) -> None:
         """Handle messages until the front end disconnects or sends garbage."""
         self._sender.start()
         try:
             while True:
-                self._handle(ipc.recv(self._conn))
+                call_id, message, _ = self._channel.receive()
+                self._handle(call_id, message)
         except (EOFError, OSError):
             pass
-        except ProtocolError as exc:
+        except BadFrame as exc:
             log.warning("closing a front-end connection: %s", exc)
         finally:
             self.close()
-            self._conn.close()
+            self._channel.close()
 
-    def _handle(self, message: Any) -> None:
+    def _handle(self, call_id: int, message: Any) -> None:
         if isinstance(message, AddSequence):
             self._add(message)
         elif isinstance(message, AbortSequence):
             if self._disown(message.seq_id, self):
                 self._core.abort(message.seq_id)
         elif isinstance(message, HealthRequest):
-            self.enqueue(self._core.health())
+            self.enqueue(self._core.health(), call_id)
         elif isinstance(message, (AdapterCommand, SessionCommand)):
-            self._core.control(message, self.enqueue)  # the reply may come later (a preload)
+            # the reply may come later (a preload)
+            self._core.control(message, lambda reply: self.enqueue(reply, call_id))
         else:
-            raise ProtocolError(f"unexpected message {type(message).__name__}")
+            raise BadFrame(call_id, f"unexpected message {type(message).__name__}")
 
     def _add(self, message: AddSequence) -> None:
         if not self._own(message.seq_id, self):
@@ -95,14 +90,14 @@ class FrontConnection:
 
     def _send_loop(self) -> None:
         while True:
-            message = self._outbox.get()
-            if message is _CLOSE:
+            item = self._outbox.get()
+            if item is _CLOSE:
                 break
             try:
-                ipc.send(self._conn, message)
-            except (OSError, ValueError):
+                self._channel.send(*item)
+            except (OSError, ValueError):  # BadFrame is a ValueError too
                 break  # the front end is gone; the reader notices too
-        ipc.hang_up(self._conn)  # wakes the reader, which closes the connection
+        self._channel.hang_up()  # wakes the reader, which closes the connection
 
     def close(self, timeout_s: float = 2.0) -> None:
         """Flush what is queued, then close (idempotent)."""

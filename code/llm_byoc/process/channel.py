@@ -5,11 +5,15 @@ frame follows) and the message as JSON, built by a codec that rebuilds only
 its own registered dataclasses (``protocol`` or ``multimodel.messages``), so a
 peer never makes us unpickle anything. A payload (an HTTP body, as it came)
 travels as a second frame, untouched. Call id 0 is the handshake and control
-messages; a reply carries the id of its call.
+messages; a reply carries the id of its call. Both process boundaries use it:
+the engine and its model worker (a pipe), the HTTP workers and the engine (the
+engine socket, ``engine/engine_socket.py``, where a frame is also size-limited).
 """
 
 from __future__ import annotations
 
+import os
+import socket
 import struct
 import threading
 from typing import Any, Protocol
@@ -34,9 +38,12 @@ class BadFrame(ValueError):
 class Channel:
     """One end of a duplex ``multiprocessing`` Connection. Sends are serialised; one reader at a time."""
 
-    def __init__(self, conn, codec: Codec):
+    def __init__(self, conn, codec: Codec, max_frame_bytes: int | None = None):
+        """``max_frame_bytes``: a peer announcing a longer frame is cut off before anything is
+        allocated (receive raises OSError), and a longer message is not sent (BadFrame)."""
         self.conn = conn
         self._codec = codec
+        self._max = max_frame_bytes
         self._send_lock = threading.Lock()
 
     def send(self, call_id: int, message: Any, payload: bytes = b"", lock_timeout_s: float | None = None) -> bool:
@@ -45,6 +52,8 @@ class Channel:
         OSError/ValueError when the peer is gone or the connection is closed.
         """
         header = _HEADER.pack(call_id, 1 if payload else 0) + self._codec.encode(message)
+        if self._max is not None and max(len(header), len(payload)) > self._max:
+            raise BadFrame(call_id, f"a {type(message).__name__} of {len(header)} bytes is over the frame limit")
         if not self._send_lock.acquire(timeout=-1 if lock_timeout_s is None else lock_timeout_s):
             return False
         try:
@@ -57,13 +66,13 @@ class Channel:
 
     def receive(self) -> tuple[int, Any, bytes]:
         """Read one message; EOFError/OSError when the peer is gone, BadFrame for foreign bytes."""
-        frame = self.conn.recv_bytes()
+        frame = self.conn.recv_bytes(self._max)
         if len(frame) < _HEADER.size:
             raise BadFrame(0, f"a frame of {len(frame)} bytes has no header")
         call_id, has_payload = _HEADER.unpack_from(frame)
         if has_payload not in (0, 1):
             raise BadFrame(0, "a frame header whose payload flag is neither 0 nor 1")
-        payload = self.conn.recv_bytes() if has_payload else b""
+        payload = self.conn.recv_bytes(self._max) if has_payload else b""
         try:
             message = self._codec.decode(frame[_HEADER.size:])
         except (ValueError, RecursionError) as exc:  # the codec's error, or JSON nested too deep
@@ -75,3 +84,19 @@ class Channel:
 
     def close(self) -> None:
         self.conn.close()
+
+    def hang_up(self) -> None:
+        """Shut a socket down both ways, so a thread blocked in ``receive`` sees EOF.
+
+        (Closing the handle under a reading thread would not wake it reliably.)
+        """
+        try:
+            sock = socket.socket(fileno=os.dup(self.conn.fileno()))
+        except (OSError, ValueError):
+            return  # already closed
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        finally:
+            sock.close()

@@ -34,7 +34,7 @@ start-up; a model added later is read by whoever ``serve`` became.
 The engine socket still guards against other users either way: ``serve``
 decides before it makes the socket's private (0700) directory, so that
 directory, the socket and its 0600 key belong to the user every child runs as
-(``engine/ipc.py``).
+(``engine/engine_socket.py``).
 """
 
 from __future__ import annotations

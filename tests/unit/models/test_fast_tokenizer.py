@@ -338,7 +338,7 @@ def test_the_front_end_loads_its_tokenizer_without_torch_or_transformers(built):
     folder = built("v5_byte_level_tools_template")
     script = textwrap.dedent(f"""
         import sys
-        import llm_byoc.api.wsgi, llm_byoc.engine.llm_engine, llm_byoc.engine.client  # the HTTP worker's modules
+        import llm_byoc.api.wsgi, llm_byoc.engine.llm_engine, llm_byoc.engine.remote_core  # the HTTP worker's modules
         from llm_byoc.models.fast_tokenizer import load_tokenizer
         tokenizer = load_tokenizer({str(folder)!r})
         text = tokenizer.apply_chat_template([{{"role": "user", "content": "hi"}}], tokenize=False,

@@ -11,7 +11,7 @@ import pytest
 from fakes.fake_worker import FakeModel, fake_target, next_token
 from llm_byoc.config import EngineConfig
 from llm_byoc.errors import EngineDead
-from llm_byoc.executor import StepFailed, StepWorker
+from llm_byoc.engine.model_executor import StepFailed, StepWorker
 from llm_byoc.protocol import (
     EngineState,
     NewSequence,

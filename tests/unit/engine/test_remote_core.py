@@ -1,30 +1,38 @@
-"""SocketCoreClient when the engine server's socket breaks under a sender."""
+"""RemoteCore when the engine server's socket breaks under a sender."""
 
 import threading
-from collections import deque
 
-
-from llm_byoc.engine.client import SocketCoreClient
+from llm_byoc import protocol
+from llm_byoc.engine.remote_core import RemoteCore
 from llm_byoc.errors import EngineDead
+from llm_byoc.process.channel import Channel
 from llm_byoc.protocol import AddSequence, EngineState, SamplingParams
 
 
 class BrokenConnection:
+    """Sends fail; reads wait (the engine said nothing yet)."""
+
+    def __init__(self):
+        self._never = threading.Event()
+
     def send_bytes(self, data: bytes) -> None:
         raise BrokenPipeError("engine gone")
 
+    def recv_bytes(self, maxlength=None) -> bytes:
+        self._never.wait()
+        raise EOFError
 
-def client_with(conn) -> tuple[SocketCoreClient, list]:
-    outputs: list = []
-    client = object.__new__(SocketCoreClient)  # no socket: the connection is the fake above
-    client._on_outputs = outputs.append
-    client._send_lock = threading.Lock()
-    client._replies = deque()
-    client._live = set()
-    client._calls = {}
-    client._dead = None
-    client._conn = conn
-    return client, outputs
+    def fileno(self) -> int:
+        raise OSError("no socket")
+
+    def close(self) -> None:
+        pass
+
+
+def client_with(conn) -> tuple[RemoteCore, list]:
+    lost: list = []
+    client = RemoteCore(Channel(conn, protocol), on_outputs=lambda outputs: None, on_lost=lost.append)
+    return client, lost
 
 
 def in_thread(fn, timeout_s: float = 5.0):
@@ -44,11 +52,12 @@ def in_thread(fn, timeout_s: float = 5.0):
 
 
 def test_a_failed_send_reports_dead_and_never_holds_the_lock():
-    client, _ = client_with(BrokenConnection())
+    client, lost = client_with(BrokenConnection())
     first = in_thread(client.health)["value"]
     assert first.state is EngineState.DEAD and "engine gone" in first.detail
     second = in_thread(client.health)["value"]  # used to deadlock: _fail re-took the held lock
     assert second.state is EngineState.DEAD
+    assert len(lost) == 1 and "engine gone" in lost[0]  # the front end is told once
 
 
 def test_a_failed_add_raises_engine_dead():
@@ -60,9 +69,9 @@ def test_a_failed_add_raises_engine_dead():
 
 def test_health_does_not_queue_forever_behind_a_stuck_sender():
     client, _ = client_with(BrokenConnection())
-    client._send_lock.acquire()  # another thread stuck mid-send
+    client._channel._send_lock.acquire()  # another thread stuck mid-send
     try:
         report = in_thread(client.health)["value"]
     finally:
-        client._send_lock.release()
+        client._channel._send_lock.release()
     assert report.state is EngineState.DEAD and "not answering" in report.detail

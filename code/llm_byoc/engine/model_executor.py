@@ -1,4 +1,4 @@
-"""The engine's handle on its model worker process: one batched step per call.
+"""The engine's model executor: its handle on the model worker process, one batched step per call.
 
 The worker loads the model in the background (LOADING), says WorkerReady or
 WorkerFailure (READY or DEAD), then answers each StepBatch with one StepOutput
