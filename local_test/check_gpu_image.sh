@@ -69,8 +69,10 @@ echo "== preparing the default model in $MODEL_DIR"
 MODEL_DIR=$(realpath "$MODEL_DIR")
 
 echo "== 3. W1, the engine in process (engine_bench --device $DEVICE --dtype $DTYPE)"
-docker run --rm "${gpu_args[@]}" -v "$MODEL_DIR:/opt/ml/model:ro" -v "$OUT:/out" --entrypoint python "$IMAGE" \
-  -m llm_byoc.bench.engine_bench --model /opt/ml/model --device "$DEVICE" --dtype "$DTYPE" --skip-baselines \
+# the development benchmarks are not in the image: mounted from this checkout
+docker run --rm "${gpu_args[@]}" -v "$MODEL_DIR:/opt/ml/model:ro" -v "$OUT:/out" \
+  -v "$(realpath "$HERE/../benchmarks"):/opt/bench/benchmarks:ro" -w /opt/bench --entrypoint python "$IMAGE" \
+  -m benchmarks.engine_bench --model /opt/ml/model --device "$DEVICE" --dtype "$DTYPE" --skip-baselines \
   --num-requests "$REQUESTS" --concurrency "$CONCURRENCY" --max-new-tokens "$TOKENS" --json /out/engine_bench.json
 
 echo "== 4. serve on $DEVICE (LLM_BYOC_DTYPE=auto), port $PORT"

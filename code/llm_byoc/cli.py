@@ -7,10 +7,9 @@
     llm-byoc invoke|stream ...     call a local container or a SageMaker endpoint
     llm-byoc deploy ...            ECR, model.tar.gz, endpoints, autoscaling
     llm-byoc bench ...             load generator (TTFT, ITL, E2E, throughput)
-    llm-byoc engine-bench ...      in-process engine benchmark with baselines
-    llm-byoc step-bench ...        one batched model step, timed
 
 Each subcommand is the ``main(argv)`` of its module; ``python -m <module>`` works too.
+The development benchmarks are not commands: ``python -m benchmarks.NAME`` from a checkout.
 """
 
 from __future__ import annotations
@@ -27,8 +26,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "stream": ("llm_byoc.client.cli", "stream tokens as they are generated"),
     "deploy": ("llm_byoc.deploy.cli", "deploy to SageMaker (ECR, S3, endpoints, autoscaling)"),
     "bench": ("llm_byoc.bench.loadgen", "load-test an endpoint"),
-    "engine-bench": ("llm_byoc.bench.engine_bench", "benchmark the engine against generate baselines"),
-    "step-bench": ("llm_byoc.bench.step_bench", "time one batched model step"),
 }
 _PASS_COMMAND_NAME = {"invoke", "stream"}  # the client CLI takes these as its own subcommand
 

@@ -7,7 +7,7 @@ import torch
 from fakes.fake_worker import FakeModel, fake_target
 from fakes.tokenizers import byte_level_bpe
 from llm_byoc.bench.baselines import load_hf_model, sequential_generate, static_batching
-from llm_byoc.bench.engine_bench import bench_prompts, run_engine
+from benchmarks.engine_bench import bench_prompts, run_engine
 from llm_byoc.config import EngineConfig
 from llm_byoc.engine.llm_engine import LLMEngine
 

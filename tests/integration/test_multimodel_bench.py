@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "multimodel"))
 
-from llm_byoc.bench.multimodel_backends import run_backends
+from benchmarks.multimodel_backends import run_backends
 from mme_tiny_models import build_tiny_onnx, png_bytes
 
 pytestmark = pytest.mark.slow

@@ -59,16 +59,11 @@ DEFERRED: dict[tuple[str, str], str] = {
     ("llm_byoc.grammar.compiler", "llm_byoc.models.fast_tokenizer"): "tokenizers only once a grammar is compiled",
     ("llm_byoc.models.source", "llm_byoc.models.gguf_cache"): "the optional gguf package, for a .gguf model only",
     ("llm_byoc.multimodel.demo_repository", "llm_byoc.multimodel.mobilenet"): "torch, for the image demo only",
-    # Development benchmarks: torch (and transformers, peft) are imported only by the runs that use them.
+    # The load generator: torch (and transformers) only for the runs that compare with baselines.
     ("llm_byoc.bench.loadgen", "llm_byoc.bench.compare"): "torch and transformers only when --baselines asks for them",
     ("llm_byoc.bench.compare", "llm_byoc.bench.baselines"): "torch and transformers only when baselines are run",
-    ("llm_byoc.bench.engine_bench", "llm_byoc.bench.baselines"): "torch and transformers only with --baselines",
-    ("llm_byoc.bench.engine_bench", "llm_byoc.worker.linear"): "torch only with --baselines",
     ("llm_byoc.bench.baselines", "llm_byoc.worker.linear"): "torch kernels only when a linear backend is asked for",
-    ("llm_byoc.bench.lora_bench", "llm_byoc.bench.baselines"): "peft and transformers only for the baseline run",
-    ("llm_byoc.bench.kv_bench", "llm_byoc.models.loader"): "torch only for the long/short prompt run",
     ("llm_byoc.bench.targets", "llm_byoc.client"): "boto3 only for the SageMaker endpoint target",
-    ("llm_byoc.bench.bench_subject", "llm_byoc.bench.engine_bench"): "imported from the tree under test (an older commit, maybe), once sys.path names only it",
 }
 
 

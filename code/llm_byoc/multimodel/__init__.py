@@ -13,5 +13,5 @@ LRU cache of models, each in its own worker process.
     demo_repository.py, mobilenet.py   the offline demo repository
 
 The HTTP routes of the MME API are ``llm_byoc.api.multimodel_routes``; nothing
-here imports Flask or ``llm_byoc.api``. Benchmarks: ``llm_byoc.bench.multimodel``.
+here imports Flask or ``llm_byoc.api``. Benchmarks: ``benchmarks.multimodel``.
 """

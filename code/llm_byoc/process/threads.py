@@ -52,7 +52,7 @@ def lower_priority(increment: int) -> None:
     bursts of work (a health check, a 429, writing a token) never wait for a core
     behind a step's OpenMP threads: on the 2-core dev VM, 400 streams sent at once,
     /ping p99 34 ms with the model worker at nice 10 against 59-63 ms at 0
-    (``python -m llm_byoc.bench.overload``). Called before torch starts its threads,
+    (``python -m benchmarks.overload``). Called before torch starts its threads,
     which inherit it (on Linux the nice value is per thread).
     """
     if increment > 0:

@@ -1,5 +1,5 @@
-from llm_byoc.bench.bench_subject import run_prompts
-from llm_byoc.bench.engine_bench import bench_prompts
+from benchmarks.bench_subject import run_prompts
+from benchmarks.engine_bench import bench_prompts
 
 
 def test_each_run_sends_the_benchmark_prompts_new_to_a_prefix_cache():

@@ -1,6 +1,6 @@
 """Engine benchmark: continuous batching vs. the two baselines, one model, one run.
 
-    python -m llm_byoc.bench.engine_bench [--num-requests 32] [--concurrency 16]
+    python -m benchmarks.engine_bench [--num-requests 32] [--concurrency 16]
         [--max-new-tokens 64] [--threads N] [--dtype float32|bfloat16|float16] [--device cpu|cuda]
         [--linear-backend auto|onednn|aten] [--no-prefix-caching] [--skip-baselines] [--json OUT]
 
@@ -28,12 +28,12 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from .. import cpu
-from ..config import LINEAR_BACKENDS, EngineConfig
-from ..engine.llm_engine import LLMEngine
-from ..models.default_model import model_or_default
-from ..protocol import SamplingParams
-from .stats import distribution
+from llm_byoc import cpu
+from llm_byoc.config import LINEAR_BACKENDS, EngineConfig
+from llm_byoc.engine.llm_engine import LLMEngine
+from llm_byoc.models.default_model import model_or_default
+from llm_byoc.protocol import SamplingParams
+from llm_byoc.bench.stats import distribution
 
 SUBJECTS = ["a lighthouse keeper", "a young engineer", "an old cat", "a street musician",
             "a retired astronaut", "a baker", "a lost robot", "a chess player"]
@@ -140,8 +140,8 @@ def _start_engine(args: argparse.Namespace, model_dir: str):
 def _run_baselines(args: argparse.Namespace, model_dir: str, prompts: list[str]) -> list:
     import torch
 
-    from ..worker.linear import resolve_backend
-    from .baselines import load_hf_model, sequential_generate, static_batching, with_linear_backend
+    from llm_byoc.worker.linear import resolve_backend
+    from llm_byoc.bench.baselines import load_hf_model, sequential_generate, static_batching, with_linear_backend
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -162,7 +162,7 @@ def _run_baselines(args: argparse.Namespace, model_dir: str, prompts: list[str])
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m llm_byoc.bench.engine_bench", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.engine_bench", description=__doc__.split("\n")[0])
     parser.add_argument("--model", help="HF folder (default: SmolLM2-135M-Instruct, converted once)")
     parser.add_argument("--num-requests", type=int, default=32)
     parser.add_argument("--concurrency", type=int, default=16)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from llm_byoc.bench import image_startup
+from benchmarks import image_startup
 
 
 def test_runs_alternate_between_the_images():

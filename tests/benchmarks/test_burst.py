@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from llm_byoc.bench.burst import Burst, BurstRequest
+from benchmarks.burst import Burst, BurstRequest
 
 
 class _Handler(BaseHTTPRequestHandler):

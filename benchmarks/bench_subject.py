@@ -1,6 +1,6 @@
 """One subject of ``against_commit``: an engine loaded once, running the engine benchmark on demand.
 
-    PYTHONPATH=<a tree's code> python <this tree>/code/llm_byoc/bench/bench_subject.py [engine_bench args]
+    PYTHONPATH=<a tree's code>:<that tree> python <this tree>/benchmarks/bench_subject.py [engine_bench args]
 
 Run as a script with ``PYTHONPATH`` naming the code of the tree under test
 (this one, or an earlier commit's worktree): it loads that tree's engine with
@@ -41,8 +41,19 @@ def summary(run) -> dict:
             "errors": len(run.errors)}
 
 
+def _engine_bench():
+    """The tree's ``engine_bench``: ``benchmarks/`` now, inside the package in older commits."""
+    try:
+        from benchmarks import engine_bench
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("benchmarks", "benchmarks.engine_bench"):
+            raise
+        from llm_byoc.bench import engine_bench
+    return engine_bench
+
+
 def main(argv: list[str]) -> int:
-    from llm_byoc.bench import engine_bench
+    engine_bench = _engine_bench()
 
     args = engine_bench.build_parser().parse_args(argv)
     if not args.model:

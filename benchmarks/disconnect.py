@@ -1,7 +1,7 @@
-"""``python -m llm_byoc.bench.disconnect``: how soon the work of clients that leave is freed.
+"""``python -m benchmarks.disconnect``: how soon the work of clients that leave is freed.
 
-    python -m llm_byoc.bench.disconnect --model ~/.cache/llm_byoc/SmolLM2-135M-Instruct
-    python -m llm_byoc.bench.disconnect --model DIR --code /path/to/other/checkout/code --label baseline
+    python -m benchmarks.disconnect --model ~/.cache/llm_byoc/SmolLM2-135M-Instruct
+    python -m benchmarks.disconnect --model DIR --code /path/to/other/checkout/code --label baseline
 
 Starts ``serve``; then, for plain requests and for streams in turn, sends
 ``--clients`` requests of ``--max-new-tokens`` tokens (more than the running
@@ -29,7 +29,7 @@ GAUGES = re.compile(r"^llm_byoc_num_requests_(running|waiting)\s+([0-9.e+]+)$", 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m llm_byoc.bench.disconnect", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.disconnect", description=__doc__.split("\n")[0])
     parser.add_argument("--model", required=True)
     parser.add_argument("--clients", type=int, default=24, help="requests per scenario (16 run at once by default)")
     parser.add_argument("--max-new-tokens", type=int, default=400)

@@ -1,6 +1,6 @@
 """What each CPU family gets: one model step in fp32 and bf16 under each oneDNN ISA limit.
 
-    python -m llm_byoc.bench.cpu_families --threads 2 [--json benchmarks/results/cpu_families.json]
+    python -m benchmarks.cpu_families --threads 2 [--json benchmarks/results/cpu_families.json]
 
 oneDNN and torch's own kernels can be held to an older instruction set on any
 newer x86 CPU (``ONEDNN_MAX_CPU_ISA``, ``ATEN_CPU_CAPABILITY``), so one machine
@@ -22,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .. import cpu
+from llm_byoc import cpu
 
 # family -> (ONEDNN_MAX_CPU_ISA, ATEN_CPU_CAPABILITY); the machine must have at least the ISA.
 FAMILIES = {
@@ -36,19 +36,20 @@ FAMILIES = {
 def run_family(family: str, dtype: str, args: argparse.Namespace) -> dict:
     isa, aten = FAMILIES[family]
     env = dict(os.environ, ONEDNN_MAX_CPU_ISA=isa, ATEN_CPU_CAPABILITY=aten)
-    command = [sys.executable, "-m", "llm_byoc.bench.step_bench", "--json", "--dtype", dtype,
+    command = [sys.executable, "-m", "benchmarks.step_bench", "--json", "--dtype", dtype,
                "--threads", str(args.threads), "--batch", *map(str, args.batch),
                "--prefill", str(args.prefill), "--repeats", "3", "--steps", str(args.steps)]
     if args.model:
         command += ["--model", args.model]
-    child = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
+    repo = Path(__file__).resolve().parents[1]  # step_bench is a module of this checkout's benchmarks/
+    child = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800, cwd=repo)
     if child.returncode != 0:
         return {"error": child.stderr.strip().splitlines()[-1] if child.stderr.strip() else "failed"}
     return json.loads(child.stdout.strip().splitlines()[-1])
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m llm_byoc.bench.cpu_families", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.cpu_families", description=__doc__.split("\n")[0])
     parser.add_argument("--model", default=None, help="model source (default: SmolLM2-135M-Instruct)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))

@@ -22,9 +22,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from ..process.procfs import footprint, process_tree
-from .report import write_json
-from .stats import distribution
+from llm_byoc.process.procfs import footprint, process_tree
+from llm_byoc.bench.report import write_json
+from llm_byoc.bench.stats import distribution
 
 SERVE = [sys.executable, "-m", "llm_byoc.api.serve"]
 PING_TIMEOUT_S = 30.0

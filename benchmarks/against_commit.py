@@ -1,6 +1,6 @@
 """The engine benchmark on this tree and on an earlier commit, alternating, in one session.
 
-    python -m llm_byoc.bench.against_commit REV [--rounds 2] [--variant NAME=ARGS ...] -- [engine_bench args]
+    python -m benchmarks.against_commit REV [--rounds 2] [--variant NAME=ARGS ...] -- [engine_bench args]
 
 Checks REV out into a temporary git worktree and loads one engine per subject
 (this tree, REV, and each ``--variant`` run of this tree with arguments
@@ -28,10 +28,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .. import cpu
-from ..models.default_model import model_or_default
+from llm_byoc import cpu
+from llm_byoc.models.default_model import model_or_default
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[1]
 SUBJECT_SCRIPT = Path(__file__).resolve().with_name("bench_subject.py")
 
 
@@ -40,7 +40,8 @@ class Subject:
 
     def __init__(self, name: str, code_dir: Path, bench_args: list[str]):
         self.name = name
-        env = dict(os.environ, PYTHONPATH=str(code_dir))
+        # the tree's package and its benchmarks (an older tree has them inside the package)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(code_dir), str(code_dir.parent)]))
         self.command = [sys.executable, str(SUBJECT_SCRIPT), *bench_args]
         self._log = tempfile.TemporaryFile(mode="w+")
         self._child = subprocess.Popen(self.command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     bench_args = argv[argv.index("--") + 1:] if "--" in argv else []
     own = argv[: argv.index("--")] if "--" in argv else argv
-    parser = argparse.ArgumentParser(prog="python -m llm_byoc.bench.against_commit", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.against_commit", description=__doc__.split("\n")[0])
     parser.add_argument("rev", help="the commit to compare with (e.g. HEAD~1)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--variant", action="append", default=[], help="NAME=ARGS: another run of this tree")

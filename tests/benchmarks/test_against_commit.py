@@ -1,4 +1,4 @@
-from llm_byoc.bench.against_commit import round_order, round_ratios
+from benchmarks.against_commit import round_order, round_ratios
 
 
 def test_each_round_starts_with_the_next_subject():

@@ -1,9 +1,9 @@
-"""``python -m llm_byoc.bench.overload``: many clients at once against a real ``serve``.
+"""``python -m benchmarks.overload``: many clients at once against a real ``serve``.
 
-    python -m llm_byoc.bench.overload --model ~/.cache/llm_byoc/SmolLM2-135M-Instruct \\
+    python -m benchmarks.overload --model ~/.cache/llm_byoc/SmolLM2-135M-Instruct \\
         --streams 400 --holders 600                 # 400 streams + 600 idle keep-alive connections
-    python -m llm_byoc.bench.overload --model DIR --code /path/to/other/checkout/code --label baseline
-    python -m llm_byoc.bench.overload --model DIR --multi-model --streams 300   # plain invokes, MME mode
+    python -m benchmarks.overload --model DIR --code /path/to/other/checkout/code --label baseline
+    python -m benchmarks.overload --model DIR --multi-model --streams 300   # plain invokes, MME mode
 
 Starts ``serve`` on a loopback port, opens ``--holders`` keep-alive
 connections that ask ``/ping`` every 4 s (so the server keeps them open),
@@ -31,9 +31,9 @@ from pathlib import Path
 
 from .burst import Burst, BurstRequest, BurstResult
 from .serve_process import save_result, ConnectionHolders, Probe, ServeProcess
-from .stats import distribution
-from .targets import build_payload
-from .workload import RequestSpec, make_prompt
+from llm_byoc.bench.stats import distribution
+from llm_byoc.bench.targets import build_payload
+from llm_byoc.bench.workload import RequestSpec, make_prompt
 
 HANG_GRACE_S = 30.0
 MME_MODEL = "bench-model"
@@ -42,7 +42,7 @@ LATE_FOR_S = 3.0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m llm_byoc.bench.overload", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.overload", description=__doc__.split("\n")[0])
     parser.add_argument("--model", required=True, help="model folder (SmolLM2-135M or a tiny test model)")
     parser.add_argument("--streams", type=int, default=400, help="requests sent at once")
     parser.add_argument("--holders", type=int, default=600, help="idle keep-alive connections held open")

@@ -1,4 +1,4 @@
-"""The same models through each multi-model backend, side by side (``python -m llm_byoc.bench.multimodel --backends``).
+"""The same models through each multi-model backend, side by side (``python -m benchmarks.multimodel --backends``).
 
 Per backend and model: cold load (``POST /models`` through the first answer),
 warm latency p50/p99 and requests/s at each client concurrency, memory per
@@ -21,12 +21,12 @@ from pathlib import Path
 
 from flask import Flask
 
-from ..api.errors import register_error_handlers
-from ..api.multimodel_routes import model_manager, register_multi_model_routes
-from ..config import EngineConfig, MultiModelConfig, TritonConfig
-from ..multimodel.handlers import PRELOADED_HANDLERS
-from ..multimodel.triton.server import TritonServer
-from ..process import get_context
+from llm_byoc.api.errors import register_error_handlers
+from llm_byoc.api.multimodel_routes import model_manager, register_multi_model_routes
+from llm_byoc.config import EngineConfig, MultiModelConfig, TritonConfig
+from llm_byoc.multimodel.handlers import PRELOADED_HANDLERS
+from llm_byoc.multimodel.triton.server import TritonServer
+from llm_byoc.process import get_context
 
 GiB = 1024**3
 

@@ -1,6 +1,6 @@
 """What log-probabilities and penalties cost a decode step, and what they cost the rows that ask for none.
 
-    python -m llm_byoc.bench.sampling_bench --threads 2 --batch 16 --asking 0 4 16
+    python -m benchmarks.sampling_bench --threads 2 --batch 16 --asking 0 4 16
 
 For each count K of ``--asking``, K of the ``--batch`` sequences ask for
 ``logprobs`` with 5 ``top_logprobs`` and presence/frequency penalties, the
@@ -19,12 +19,12 @@ import time
 
 import torch
 
-from .. import cpu
-from ..config import EngineConfig
-from ..models.default_model import model_or_default
-from ..protocol import SamplingParams
-from ..worker.runner import ModelRunner
-from ..worker.sampler import SequenceSampling, sample
+from llm_byoc import cpu
+from llm_byoc.config import EngineConfig
+from llm_byoc.models.default_model import model_or_default
+from llm_byoc.protocol import SamplingParams
+from llm_byoc.worker.runner import ModelRunner
+from llm_byoc.worker.sampler import SequenceSampling, sample
 from .step_bench import time_decode
 
 ASKING = dict(logprobs=True, top_logprobs=5, presence_penalty=0.5, frequency_penalty=0.5)
@@ -53,7 +53,7 @@ def time_sampler(vocab: int, batch: int, asking: int, repeats: int) -> list[floa
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m llm_byoc.bench.sampling_bench", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.sampling_bench", description=__doc__.split("\n")[0])
     parser.add_argument("--model", default=None, help="model source (default: SmolLM2-135M-Instruct)")
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--batch", type=int, default=16)

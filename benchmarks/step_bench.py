@@ -1,6 +1,6 @@
 """Micro-benchmark of the model worker's batched step (no engine, no HTTP).
 
-    python -m llm_byoc.bench.step_bench --threads 2 --batch 1 8 16 --prefill 256 512
+    python -m benchmarks.step_bench --threads 2 --batch 1 8 16 --prefill 256 512
 
 Reports the median time of a decode step at each batch size (every sequence
 decoding one token, ``--context`` tokens already cached) and of one prefill
@@ -21,11 +21,11 @@ from collections.abc import Callable
 
 import torch
 
-from .. import cpu
-from ..config import LINEAR_BACKENDS, EngineConfig
-from ..models.default_model import model_or_default
-from ..protocol import NewSequence, SamplingParams, ScheduledChunk, StepBatch
-from ..worker.runner import ModelRunner
+from llm_byoc import cpu
+from llm_byoc.config import LINEAR_BACKENDS, EngineConfig
+from llm_byoc.models.default_model import model_or_default
+from llm_byoc.protocol import NewSequence, SamplingParams, ScheduledChunk, StepBatch
+from llm_byoc.worker.runner import ModelRunner
 
 
 def _prompt(length: int, vocab: int, rng: random.Random) -> list[int]:
@@ -83,7 +83,7 @@ def time_prefill(runner: ModelRunner, length: int, repeats: int, step_id: int) -
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m llm_byoc.bench.step_bench", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.step_bench", description=__doc__.split("\n")[0])
     parser.add_argument("--model", default=None, help="model source (default: SmolLM2-135M-Instruct)")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--device", default="auto")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llm_byoc.bench.multimodel_backends import _percentile, table
+from benchmarks.multimodel_backends import _percentile, table
 
 
 def test_percentiles_pick_an_observed_value():

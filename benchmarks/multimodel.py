@@ -1,9 +1,9 @@
 """Multi-model figures: cold start and warm invoke overhead against a raw in-process model,
 or (``--backends``) the backends side by side.
 
-    python -m llm_byoc.bench.multimodel [--repo DIR] [--runs 3] [--requests 200] [--llm | --only NAME]
+    python -m benchmarks.multimodel [--repo DIR] [--runs 3] [--requests 200] [--llm | --only NAME]
                                         [--skip-warm] [--json OUT]
-    python -m llm_byoc.bench.multimodel --backends native,triton [--levels 1,8] [--requests 200] [--llm]
+    python -m benchmarks.multimodel --backends native,triton [--levels 1,8] [--requests 200] [--llm]
 
 Backends (``multimodel_backends.py``): per backend and model, the cold load
 (``POST /models`` through the first answer), warm p50/p99 and requests/s at
@@ -41,13 +41,13 @@ from pathlib import Path
 
 from flask import Flask
 
-from ..api.errors import register_error_handlers
-from ..api.multimodel_routes import MODEL_TIME_HEADER, model_manager, register_multi_model_routes
-from ..config import EngineConfig, MultiModelConfig
-from ..multimodel.demo_repository import EMBEDDING_NAME, IMAGE_NAME, LLM_NAME, build_demo_repository, drawn_test_image
-from ..multimodel.handlers.by_kind import create_handler
-from ..multimodel.messages import InvokeRequest
-from ..multimodel.store import ModelSpec, describe_model
+from llm_byoc.api.errors import register_error_handlers
+from llm_byoc.api.multimodel_routes import MODEL_TIME_HEADER, model_manager, register_multi_model_routes
+from llm_byoc.config import EngineConfig, MultiModelConfig
+from llm_byoc.multimodel.demo_repository import EMBEDDING_NAME, IMAGE_NAME, LLM_NAME, build_demo_repository, drawn_test_image
+from llm_byoc.multimodel.handlers.by_kind import create_handler
+from llm_byoc.multimodel.messages import InvokeRequest
+from llm_byoc.multimodel.store import ModelSpec, describe_model
 from .multimodel_backends import cold_load, run_backends, table
 
 _SPAWN = multiprocessing.get_context("spawn")

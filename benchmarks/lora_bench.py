@@ -1,6 +1,6 @@
 """Multi-LoRA benchmark: many adapters in one batch against the base model and the naive ways.
 
-    python -m llm_byoc.bench.lora_bench [--adapters 8] [--rank 16] [--threads 2] [--json OUT]
+    python -m benchmarks.lora_bench [--adapters 8] [--rank 16] [--threads 2] [--json OUT]
 
 The engine workload (32 requests, 16 concurrent, ~30-token prompts, 64 new
 tokens, greedy, ``ignore_eos``) on SmolLM2-135M, side by side in one run:
@@ -27,8 +27,8 @@ import statistics
 import time
 from pathlib import Path
 
-from .. import cpu
-from ..models.default_model import model_or_default
+from llm_byoc import cpu
+from llm_byoc.models.default_model import model_or_default
 from .engine_bench import bench_prompts, result_line, run_engine, start_engine
 
 
@@ -63,7 +63,7 @@ def merged_swaps(model_dir: str, adapters: list[Path], prompts: list[str], names
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .baselines import BaselineResult, _generate, _FirstTokenTimer, _prepare
+    from llm_byoc.bench.baselines import BaselineResult, _generate, _FirstTokenTimer, _prepare
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     _prepare(tokenizer)
@@ -88,7 +88,7 @@ def merged_swaps(model_dir: str, adapters: list[Path], prompts: list[str], names
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m llm_byoc.bench.lora_bench", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.lora_bench", description=__doc__.split("\n")[0])
     parser.add_argument("--model", help="HF folder (default: SmolLM2-135M-Instruct)")
     parser.add_argument("--adapters", type=int, default=8)
     parser.add_argument("--rank", type=int, default=16)

@@ -22,10 +22,10 @@ import multiprocessing
 import time
 from dataclasses import dataclass
 
-from ..client.errors import EndpointError
-from ..client.events import DONE, events_from_message
-from ..client.sse import SSEDecoder
-from .targets import StreamState, classify_endpoint_error
+from llm_byoc.client.errors import EndpointError
+from llm_byoc.client.events import DONE, events_from_message
+from llm_byoc.client.sse import SSEDecoder
+from llm_byoc.bench.targets import StreamState, classify_endpoint_error
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Image figures: size, start-up time (``docker run`` to the first /ping 200), memory at rest and after W1.
 
-    python -m llm_byoc.bench.image_startup --image llm-byoc:before --image llm-byoc:after
+    python -m benchmarks.image_startup --image llm-byoc:before --image llm-byoc:after
         [--model DIR] [--runs 5] [--w1] [--env KEY=VALUE ...] [--json benchmarks/results/image_startup.json]
 
 Runs alternate between the images (A B A B ...), so a machine that gets busier
@@ -29,9 +29,9 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from .. import cpu
-from ..models.default_model import model_or_default
-from .stats import distribution
+from llm_byoc import cpu
+from llm_byoc.models.default_model import model_or_default
+from llm_byoc.bench.stats import distribution
 
 POLL_S = 0.05
 REST_S = 3.0
@@ -114,7 +114,7 @@ def alternate(images: list[str], runs: int, start: Callable[[str], dict]) -> dic
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m llm_byoc.bench.image_startup", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.image_startup", description=__doc__.split("\n")[0])
     parser.add_argument("--image", action="append", required=True, help="an image to measure (repeat to compare)")
     parser.add_argument("--model", help="model folder to mount (default: SmolLM2-135M-Instruct, converted once)")
     parser.add_argument("--runs", type=int, default=5, help="start-ups per image (default 5)")

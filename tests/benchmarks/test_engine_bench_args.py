@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llm_byoc.bench import engine_bench
+from benchmarks import engine_bench
 
 
 def test_cuda_runs_need_skip_baselines(capsys):

@@ -1,7 +1,7 @@
 """KV cache benchmarks: prefix caching on a shared document; long and short sequences together.
 
-    python -m llm_byoc.bench.kv_bench shared-prefix [--rounds 2] [--threads 2] [--json OUT]
-    python -m llm_byoc.bench.kv_bench long-short [--threads 2] [--json OUT]
+    python -m benchmarks.kv_bench shared-prefix [--rounds 2] [--threads 2] [--json OUT]
+    python -m benchmarks.kv_bench long-short [--threads 2] [--json OUT]
 
 ``shared-prefix``: 32 requests, 8 concurrent (closed loop), each a 1,024-token
 document every request shares plus its own ~30-token question, 32 new tokens
@@ -27,11 +27,11 @@ import threading
 import time
 from pathlib import Path
 
-from .. import cpu
-from ..models.default_model import model_or_default
-from ..protocol import SamplingParams
+from llm_byoc import cpu
+from llm_byoc.models.default_model import model_or_default
+from llm_byoc.protocol import SamplingParams
 from .engine_bench import result_line, run_engine, start_engine
-from .stats import distribution
+from llm_byoc.bench.stats import distribution
 
 WORDS = ("harbour ledger lantern orchard meadow copper violet river granite canvas thunder "
          "whisper compass falcon marble saddle timber velvet quarry beacon").split()
@@ -66,7 +66,7 @@ def _model(args: argparse.Namespace) -> str:
 
 def shared_prefix(args: argparse.Namespace) -> dict:
     model = _model(args)
-    from ..models.loader import load_tokenizer
+    from llm_byoc.models.loader import load_tokenizer
 
     tokenizer = load_tokenizer(model)
     doc = document(tokenizer, args.doc_tokens, seed=1)
@@ -108,7 +108,7 @@ def shared_prefix(args: argparse.Namespace) -> dict:
 
 def long_short(args: argparse.Namespace) -> dict:
     model = _model(args)
-    from ..models.loader import load_tokenizer
+    from llm_byoc.models.loader import load_tokenizer
 
     tokenizer = load_tokenizer(model)
     prompts = [document(tokenizer, args.long_tokens, seed=10 + i) for i in range(args.num_long)]
@@ -156,7 +156,7 @@ def long_short(args: argparse.Namespace) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m llm_byoc.bench.kv_bench", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.kv_bench", description=__doc__.split("\n")[0])
     parser.add_argument("workload", choices=["shared-prefix", "long-short"])
     parser.add_argument("--model", help="HF folder (default: SmolLM2-135M-Instruct)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: the usable cores)")

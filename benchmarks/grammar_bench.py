@@ -1,6 +1,6 @@
 """Per-step cost of token masks: k constrained rows in a decode batch of 16 (no engine loop, no HTTP).
 
-    python -m llm_byoc.bench.grammar_bench --threads 2 --constrained 0 1 8 16 --out benchmarks/results/grammar_masks.json
+    python -m benchmarks.grammar_bench --threads 2 --constrained 0 1 8 16 --out benchmarks/results/grammar_masks.json
 
 Each configuration prefills 16 sequences and times ``--steps`` decode steps.
 The first k rows follow a JSON schema: each step, the engine's part (a mask per
@@ -25,14 +25,14 @@ from pathlib import Path
 
 import torch
 
-from .. import cpu, protocol
-from ..config import EngineConfig
-from ..grammar import GrammarCompiler, GrammarMatcher
-from ..grammar.compiler import hf_llm_tokenizer
-from ..models.default_model import model_or_default
-from ..protocol import GrammarSpec, NewSequence, SamplingParams, ScheduledChunk, StepBatch, TokenMask
-from ..worker.runner import ModelRunner
-from ..worker.token_mask import apply_token_masks, check_masks
+from llm_byoc import cpu, protocol
+from llm_byoc.config import EngineConfig
+from llm_byoc.grammar import GrammarCompiler, GrammarMatcher
+from llm_byoc.grammar.compiler import hf_llm_tokenizer
+from llm_byoc.models.default_model import model_or_default
+from llm_byoc.protocol import GrammarSpec, NewSequence, SamplingParams, ScheduledChunk, StepBatch, TokenMask
+from llm_byoc.worker.runner import ModelRunner
+from llm_byoc.worker.token_mask import apply_token_masks, check_masks
 from .step_bench import _prompt, _tables
 
 BATCH = 16
@@ -83,7 +83,7 @@ def time_steps(runner: ModelRunner, compiled, constrained: int, context: int, st
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m llm_byoc.bench.grammar_bench", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.grammar_bench", description=__doc__.split("\n")[0])
     parser.add_argument("--model", default=None, help="model source (default: SmolLM2-135M-Instruct)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
     parser.add_argument("--constrained", type=int, nargs="+", default=[0, 1, 8, 16])

@@ -1,7 +1,7 @@
-"""``python -m llm_byoc.bench.soak``: N streams, closed loop, for M minutes against a real ``serve``.
+"""``python -m benchmarks.soak``: N streams, closed loop, for M minutes against a real ``serve``.
 
-    python -m llm_byoc.bench.soak --model ~/.cache/llm_byoc/SmolLM2-135M-Instruct --streams 64 --minutes 10
-    python -m llm_byoc.bench.soak --model DIR --streams 64 --minutes 2 --label short
+    python -m benchmarks.soak --model ~/.cache/llm_byoc/SmolLM2-135M-Instruct --streams 64 --minutes 10
+    python -m benchmarks.soak --model DIR --streams 64 --minutes 2 --label short
 
 Each of ``--streams`` clients sends its next streaming request as soon as the
 last one ended; ``/ping`` is probed every 100 ms from a separate process.
@@ -25,14 +25,14 @@ from collections import Counter
 from pathlib import Path
 
 from .serve_process import save_result, Probe, ServeProcess
-from .targets import HttpTarget, RequestFailed
-from .workload import RequestSpec, make_prompt
+from llm_byoc.bench.targets import HttpTarget, RequestFailed
+from llm_byoc.bench.workload import RequestSpec, make_prompt
 
 MIB = 1024 * 1024
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m llm_byoc.bench.soak", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.soak", description=__doc__.split("\n")[0])
     parser.add_argument("--model", required=True)
     parser.add_argument("--streams", type=int, default=64)
     parser.add_argument("--minutes", type=float, default=10.0)
