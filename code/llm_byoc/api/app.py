@@ -9,8 +9,8 @@
 
 Multi-model mode (``create_multi_model_app``): the MME routes of ``api/multimodel_routes.py``.
 
-``engine`` is a ``ServingEngine`` (``engine/seam.py``): an ``LLMEngine``, or the
-``EngineLink`` the wsgi entry uses to reach the engine process. Errors are ``ServingError``s, turned into JSON by
+``engine`` is a ``ServingEngine`` (``engine/seam.py``): an ``LLMEngine``, in process or connected to
+the engine process (the wsgi entry). Errors are ``ServingError``s, turned into JSON by
 the one handler in ``api.errors``. ``/ping`` answers from ``HealthCache``
 and never waits on the engine; a connection over the worker's limit
 (``OVER_CAPACITY``, see ``http_worker``) gets 429 for anything but ``/ping`` and ``/health``.

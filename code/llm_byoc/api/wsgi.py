@@ -1,7 +1,8 @@
 """gunicorn's entry: ``gunicorn 'llm_byoc.api.wsgi:create_wsgi_app()'``.
 
 gunicorn calls the factory in each worker after the fork, so the background
-thread that connects to the engine process is the worker's own. Settings are
+thread that connects to the engine process (``engine/remote_core.py``) is the
+worker's own. Settings are
 read from the environment here, once, at worker start.
 """
 
@@ -13,7 +14,6 @@ from ..config import ENV_ENGINE_SOCKET, ConfigError, EngineConfig, MultiModelCon
 from ..engine.llm_engine import LLMEngine  # the engine's front end; the model lives elsewhere
 from ..logging_setup import configure_logging
 from .app import create_app, create_multi_model_app
-from .engine_link import EngineLink
 from .health import PROBE_TIMEOUT_S
 
 
@@ -24,8 +24,7 @@ def create_wsgi_app() -> Flask:
         return create_multi_model_app(config, MultiModelConfig.from_env())
     if not config.engine_socket:
         raise ConfigError(f"{ENV_ENGINE_SOCKET} is not set (serve sets it)")
-    engine = EngineConfig.from_env()  # only its limits: the engine process holds the model
-    link = EngineLink(
-        lambda: LLMEngine.connect(config.engine_socket), config.engine_socket, health_timeout_s=PROBE_TIMEOUT_S
-    ).start()
-    return create_app(link, config, capacity=engine.max_num_seqs + engine.max_waiting)
+    limits = EngineConfig.from_env()  # only its limits: the engine process holds the model
+    # returns at once: it connects in the background, /ping says LOADING until then
+    engine = LLMEngine.connect(config.engine_socket, timeout_s=None, health_timeout_s=PROBE_TIMEOUT_S)
+    return create_app(engine, config, capacity=limits.max_num_seqs + limits.max_waiting)

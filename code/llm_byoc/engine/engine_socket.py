@@ -17,12 +17,10 @@ import os
 import secrets
 import stat
 import tempfile
-import time
 from multiprocessing.connection import Client, Connection, Listener
 
 from .. import protocol
 from ..config import ENV_ENGINE_SOCKET, ConfigError
-from ..errors import EngineDead
 from ..process.channel import Channel
 
 KEY_BYTES = 32
@@ -107,15 +105,13 @@ def admit(conn: Connection, key: bytes) -> Channel | None:
     return None
 
 
-def connect(socket_path: str, timeout_s: float) -> Channel:
-    """Connect and send the key, retrying while the server is still starting."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            conn = Client(socket_path, family="AF_UNIX")
-            conn.send_bytes(read_key(socket_path))
-            return Channel(conn, protocol, MAX_MESSAGE_BYTES)
-        except OSError as exc:  # FileNotFoundError, ConnectionRefusedError: not up yet
-            if time.monotonic() >= deadline:
-                raise EngineDead(f"no engine server at {socket_path}: {exc}") from None
-            time.sleep(0.1)
+def connect(socket_path: str) -> Channel:
+    """Connect and send the key; OSError (FileNotFoundError, ConnectionRefusedError) while the
+    server is not listening yet."""
+    conn = Client(socket_path, family="AF_UNIX")
+    try:
+        conn.send_bytes(read_key(socket_path))
+    except OSError:
+        conn.close()
+        raise
+    return Channel(conn, protocol, MAX_MESSAGE_BYTES)

@@ -2,8 +2,11 @@
 
 ``LLMEngine.start(config)`` runs the engine core in this process (a step loop
 thread + the model worker process); ``LLMEngine.connect(socket_path)`` talks to
-an engine server process (``python -m llm_byoc.engine.server``). Both look the
-same to callers. The front end tokenizes, maps prompt i of a request to
+an engine server process (``python -m llm_byoc.engine.server``), connecting in
+the background (LOADING until it answers). Both look the same to callers: a
+``seam.ServingEngine``. Health says LOADING until the model is loaded and the
+tokenizer too, in this process, so the first request does not pay for it. The
+front end tokenizes, maps prompt i of a request to
 sequence ``{request_id}-{i}``, routes the core's outputs to per-request
 queues, detokenizes and applies stop strings. It is thread-safe: many HTTP
 threads submit and stream at once.
@@ -11,7 +14,9 @@ threads submit and stream at once.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import logging
 import threading
 import uuid
 from typing import Any
@@ -37,6 +42,8 @@ from .seam import Prompts
 
 __all__ = ["LLMEngine", "RequestHandle"]
 
+log = logging.getLogger(__name__)
+
 ADAPTER_TIMEOUT_S = 120.0  # a preload reads the adapter's weights
 
 
@@ -49,6 +56,8 @@ class LLMEngine:
         self._routes_lock = threading.Lock()
         self._tokenizer = tokenizer
         self._tokenizer_lock = threading.Lock()
+        self._warming = False  # a background load of the tokenizer has started
+        self._tokenizer_failed = ""
         self._trust_remote_code = trust_remote_code
         self._info: ModelInfo | None = None
         self._call_ids = itertools.count(1)
@@ -63,10 +72,13 @@ class LLMEngine:
         return engine
 
     @classmethod
-    def connect(cls, socket_path: str, timeout_s: float = 30.0, tokenizer: Any = None,
-                trust_remote_code: bool = False) -> LLMEngine:
-        """The front end of an engine server; waits up to ``timeout_s`` for its socket."""
-        return cls(lambda on_outputs, on_lost: RemoteCore.connect(socket_path, on_outputs, on_lost, timeout_s),
+    def connect(cls, socket_path: str, timeout_s: float | None = 30.0, tokenizer: Any = None,
+                trust_remote_code: bool = False, health_timeout_s: float | None = None) -> LLMEngine:
+        """The front end of an engine server; returns at once. ``timeout_s``: how long to keep
+        trying to reach its socket (None: for ever); ``health_timeout_s``: how long a health
+        check may wait for the engine (None: the client's default)."""
+        options = {} if health_timeout_s is None else {"health_timeout_s": health_timeout_s}
+        return cls(lambda on_outputs, on_lost: RemoteCore(socket_path, on_outputs, on_lost, timeout_s, **options),
                    tokenizer, trust_remote_code)
 
     # --- state -------------------------------------------------------------------
@@ -77,8 +89,24 @@ class LLMEngine:
         self._load_tokenizer()
 
     def health(self, timeout_s: float | None = None) -> HealthReport:
-        """``timeout_s``: how long an engine server may take to answer (None: the client's default)."""
-        return self._core.health(timeout_s)
+        """``timeout_s``: how long an engine server may take to answer (None: the client's default).
+        READY once the tokenizer is loaded too (its loading starts here, in the background)."""
+        report = self._core.health(timeout_s)
+        if report.state is EngineState.READY and self._tokenizer is None:
+            if self._tokenizer_failed:
+                return dataclasses.replace(report, state=EngineState.DEAD, detail=self._tokenizer_failed)
+            if not self._warming:  # a second thread starting it too would only wait for the first
+                self._warming = True
+                threading.Thread(target=self._warm, name="tokenizer-warm", daemon=True).start()
+            return dataclasses.replace(report, state=EngineState.LOADING, detail="loading the tokenizer")
+        return report
+
+    def _warm(self) -> None:
+        try:
+            self._load_tokenizer()
+        except Exception as exc:  # the model cannot be served: /ping says why
+            log.exception("loading the tokenizer failed")
+            self._tokenizer_failed = f"loading the tokenizer failed: {exc}"
 
     @property
     def tokenizer(self) -> Any:

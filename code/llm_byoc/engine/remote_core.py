@@ -1,5 +1,8 @@
 """The front end's side of the engine socket (one per LLMEngine, shared by its threads).
 
+It connects in the background: a gunicorn worker starts before the engine
+process listens, yet ``/ping`` must answer at once, so until the socket answers
+health is LOADING ("connecting") and nothing can be sent (EngineNotReady).
 Everything travels as ``process.Channel`` frames. A HealthRequest or a control
 command waits for the answer on its own call id; AddSequence and AbortSequence
 are sent and not answered: a refused sequence comes back among the outputs
@@ -11,6 +14,7 @@ connection is lost, ``on_lost`` tells it to fail them all.
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -31,7 +35,10 @@ from ..protocol import (
 )
 from . import engine_socket
 
+log = logging.getLogger(__name__)
+
 HEALTH_TIMEOUT_S = 1.0
+RETRY_INTERVAL_S = 0.1
 
 
 class _Answer:
@@ -43,22 +50,24 @@ class _Answer:
 
 
 class RemoteCore:
-    def __init__(self, channel: Channel, on_outputs: Callable[[EngineOutputs], None],
-                 on_lost: Callable[[str], None]):
-        self._channel = channel
+    def __init__(self, socket_path: str, on_outputs: Callable[[EngineOutputs], None],
+                 on_lost: Callable[[str], None], connect_timeout_s: float | None = 30.0,
+                 health_timeout_s: float = HEALTH_TIMEOUT_S, retry_interval_s: float = RETRY_INTERVAL_S,
+                 open_channel: Callable[[str], Channel] = engine_socket.connect):
+        """``connect_timeout_s``: how long to keep trying to connect before the engine counts as
+        dead (None: for ever); ``health_timeout_s``: how long a health check waits for its answer."""
+        self._where = socket_path
+        self._open_channel = open_channel
         self._on_outputs = on_outputs
         self._on_lost = on_lost  # the connection is gone: fail every sequence of this front end
+        self._health_timeout_s = health_timeout_s
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._waiting: dict[int, _Answer] = {}  # by call id
+        self._channel: Channel | None = None  # once connected
         self._dead: str | None = None
-        threading.Thread(target=self._read_loop, name="engine-client-read", daemon=True).start()
-
-    @classmethod
-    def connect(cls, socket_path: str, on_outputs: Callable[[EngineOutputs], None],
-                on_lost: Callable[[str], None], timeout_s: float = 30.0) -> RemoteCore:
-        """Waits up to ``timeout_s`` for the engine server's socket."""
-        return cls(engine_socket.connect(socket_path, timeout_s), on_outputs, on_lost)
+        threading.Thread(target=self._connect_then_read, args=(connect_timeout_s, retry_interval_s),
+                         name="engine-client-read", daemon=True).start()
 
     # --- CoreClient --------------------------------------------------------------
 
@@ -74,8 +83,11 @@ class RemoteCore:
         return self._call(command, timeout_s)
 
     def health(self, timeout_s: float | None = None) -> HealthReport:
-        """DEAD at once when the connection is gone; DEAD too when no answer comes within ``timeout_s``."""
-        timeout_s = HEALTH_TIMEOUT_S if timeout_s is None else timeout_s
+        """LOADING while connecting; DEAD at once when the connection is gone, and when no answer
+        comes within ``timeout_s`` (None: the configured ``health_timeout_s``)."""
+        timeout_s = self._health_timeout_s if timeout_s is None else timeout_s
+        if self._channel is None and self._dead is None:
+            return HealthReport(EngineState.LOADING, f"connecting to the engine at {self._where}")
         try:
             return self._call(HealthRequest(), timeout_s, lock_timeout_s=timeout_s)
         except EngineDead as exc:
@@ -98,7 +110,8 @@ class RemoteCore:
     def shutdown(self) -> None:
         """Close this front end's connection (the server aborts its sequences)."""
         self._fail("the engine client was shut down")
-        self._channel.hang_up()  # the reader sees EOF and closes the connection
+        if self._channel is not None:
+            self._channel.hang_up()  # the reader sees EOF and closes the connection
 
     # --- plumbing ----------------------------------------------------------------
 
@@ -121,6 +134,8 @@ class RemoteCore:
     def _send(self, messages: list, call_id: int = engine_socket.PUSH, lock_timeout_s: float | None = None) -> None:
         if self._dead is not None:
             raise EngineDead(self._dead)
+        if self._channel is None:
+            raise EngineNotReady(f"the engine at {self._where} is starting; retry shortly")
         try:
             for message in messages:
                 if not self._channel.send(call_id, message, lock_timeout_s=lock_timeout_s):
@@ -132,10 +147,33 @@ class RemoteCore:
         self._fail(f"lost the connection to the engine server: {error}")
         raise EngineDead(self._dead)
 
-    def _read_loop(self) -> None:
+    def _connect_then_read(self, timeout_s: float | None, retry_interval_s: float) -> None:
+        started = time.monotonic()
+        attempts = 0
+        while self._dead is None:  # shut down before it ever connected
+            attempts += 1
+            try:
+                channel = self._open_channel(self._where)
+            except OSError as exc:  # not listening yet: keep trying, say so now and then
+                if timeout_s is not None and time.monotonic() - started >= timeout_s:
+                    self._fail(f"no engine server at {self._where}: {exc}")
+                    return
+                if attempts % 50 == 1:
+                    log.info("engine at %s not reachable yet (%s); retrying", self._where, exc)
+                time.sleep(retry_interval_s)
+                continue
+            if self._dead is not None:  # shut down while connecting
+                channel.close()
+                return
+            log.info("connected to the engine at %s after %.1f s", self._where, time.monotonic() - started)
+            self._channel = channel
+            self._read_loop(channel)
+            return
+
+    def _read_loop(self, channel: Channel) -> None:
         try:
             while True:
-                call_id, message, _ = self._channel.receive()
+                call_id, message, _ = channel.receive()
                 if call_id == engine_socket.PUSH:
                     if isinstance(message, EngineOutputs):
                         self._on_outputs(message)
@@ -148,7 +186,7 @@ class RemoteCore:
         except (EOFError, OSError, BadFrame) as exc:
             self._fail(f"lost the connection to the engine server ({type(exc).__name__})")
         finally:
-            self._channel.close()
+            channel.close()
 
     def _fail(self, detail: str) -> None:
         """The connection is gone: every waiting caller and every sequence gets EngineDead."""

@@ -1,9 +1,8 @@
 """The engine seam: what the HTTP front end asks of an engine, and nothing more.
 
 ``api/`` types its engine as ``ServingEngine``; ``LLMEngine`` (this package:
-in process, or the front end of the engine server) implements it, and so does
-``api.engine_link.EngineLink`` (the same engine, connected in the background).
-A second engine backend (vLLM) plugs in here. The rules every engine keeps:
+in process, or the front end of the engine server, connected in the
+background) implements it. A second engine backend (vLLM) plugs in here. The rules every engine keeps:
 
 - ``health()`` never blocks for long: it is what ``/ping`` and ``/metrics`` read
   (state, detail, the model's info once loaded, queue and KV-cache figures).

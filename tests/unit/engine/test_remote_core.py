@@ -2,6 +2,7 @@
 
 import threading
 
+from fixtures.waiting import wait_for
 from llm_byoc import protocol
 from llm_byoc.engine.remote_core import RemoteCore
 from llm_byoc.errors import EngineDead
@@ -31,7 +32,9 @@ class BrokenConnection:
 
 def client_with(conn) -> tuple[RemoteCore, list]:
     lost: list = []
-    client = RemoteCore(Channel(conn, protocol), on_outputs=lambda outputs: None, on_lost=lost.append)
+    client = RemoteCore("/fake/engine.sock", on_outputs=lambda outputs: None, on_lost=lost.append,
+                        open_channel=lambda where: Channel(conn, protocol))
+    wait_for(lambda: client._channel is not None)
     return client, lost
 
 
