@@ -169,5 +169,5 @@ def run_fake_worker(conn, config, model: FakeModel = FakeModel()) -> None:
 
 
 def fake_target(model: FakeModel = FakeModel()):
-    """A picklable worker target for StepWorker / LLMEngine.start."""
+    """A picklable worker target for ModelExecutor / LLMEngine.start."""
     return functools.partial(run_fake_worker, model=model)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from ..config import EngineConfig
 from ..errors import EngineDead, EngineNotReady, InvalidRequest, ServingError
 from ..adapters.messages import AdapterCommand, AdapterReply
-from .model_executor import StepFailed, StepWorker
+from .model_executor import ModelExecutor, StepFailed
 from ..protocol import (
     SessionCommand,
     SessionReply,
@@ -44,7 +44,7 @@ class EngineCore:
     def __init__(self, config: EngineConfig, on_outputs: OutputCallback, worker_target=None):
         """``worker_target`` replaces the real model worker entry (tests use a fake)."""
         self.config = config
-        self._worker = StepWorker(config, worker_target, on_dead=self._on_worker_dead)
+        self._executor = ModelExecutor(config, worker_target, on_dead=self._on_worker_dead)
         self._on_outputs = on_outputs
         self._cond = threading.Condition()
         self._scheduler: Scheduler | None = None  # created once the model is loaded
@@ -54,7 +54,7 @@ class EngineCore:
 
     def start(self) -> None:
         """Start the worker (it loads in the background) and the step loop."""
-        self._worker.start()
+        self._executor.start()
         self._thread.start()
 
     # --- requests ----------------------------------------------------------------
@@ -104,12 +104,12 @@ class EngineCore:
     def health(self) -> HealthReport:
         with self._cond:
             state = self.state
-            detail = self._dead_detail or self._worker.detail
+            detail = self._dead_detail or self._executor.detail
             sched = self._scheduler
             return HealthReport(
                 state=state,
                 detail=detail if state is not EngineState.READY else "ready",
-                info=self._worker.info,
+                info=self._executor.info,
                 num_waiting=sched.num_waiting if sched else 0,
                 num_running=sched.num_running if sched else 0,
                 kv_cache=sched.kv_stats() if sched else None,
@@ -120,9 +120,9 @@ class EngineCore:
     def state(self) -> EngineState:
         if self._dead_detail is not None:
             return EngineState.DEAD
-        if self._worker.state is EngineState.READY and self._scheduler is None:
+        if self._executor.state is EngineState.READY and self._scheduler is None:
             return EngineState.LOADING  # the loop is about to build the scheduler
-        return self._worker.state
+        return self._executor.state
 
     def wait_ready(self, timeout_s: float | None = None) -> None:
         with self._cond:
@@ -133,7 +133,7 @@ class EngineCore:
     def _raise_unless_ready(self) -> None:
         state = self.state
         if state is EngineState.DEAD:
-            raise EngineDead(self._dead_detail or self._worker.detail)
+            raise EngineDead(self._dead_detail or self._executor.detail)
         if state is EngineState.LOADING:
             raise EngineNotReady("the model is still loading")
 
@@ -141,7 +141,7 @@ class EngineCore:
 
     def _run(self) -> None:
         try:
-            info = self._worker.wait_ready()
+            info = self._executor.wait_ready()
         except ServingError as exc:
             self._on_worker_dead(exc.message)
             return
@@ -189,7 +189,7 @@ class EngineCore:
                     self._on_outputs(EngineOutputs(rejected=rejected))
                 return
         try:
-            output = self._worker.execute(batch)
+            output = self._executor.execute(batch)
         except StepFailed as exc:
             self._fail_step([c.seq_id for c in batch.chunks], exc)
             return
@@ -234,7 +234,7 @@ class EngineCore:
                 rejected = [SequenceRejected(s, EngineDead.error_type, "the engine is shutting down") for s in ids]
                 self._on_outputs(EngineOutputs(rejected=rejected))
             self._cond.notify_all()
-        self._worker.shutdown(timeout_s)
+        self._executor.shutdown(timeout_s)
         if self._scheduler is not None and self._scheduler.structured.compiler is not None:
             self._scheduler.structured.compiler.shutdown()
         if self._thread.is_alive():

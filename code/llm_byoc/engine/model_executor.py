@@ -39,8 +39,8 @@ class StepFailed(ServingError):
         self.error_type = failure.error_type
 
 
-class StepWorker:
-    """The model worker process; ``execute`` is called by one thread at a time (the step loop)."""
+class ModelExecutor:
+    """The engine's handle on the model worker process; ``execute`` is called by one thread at a time (the step loop)."""
 
     def __init__(
         self,

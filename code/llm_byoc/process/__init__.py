@@ -15,7 +15,7 @@
     supervisor.py  child programs (engine, gunicorn, tritonserver): own process group, die with
                  the parent, SIGTERM then SIGKILL after a grace period
 
-The engine's model worker (``engine.model_executor.StepWorker`` + ``worker.main``) and each model of
+The engine's model worker (``engine.model_executor.ModelExecutor`` + ``worker.main``) and each model of
 multi-model mode (``multimodel.ModelProcess`` + ``multimodel.model_entry``) use it.
 """
 

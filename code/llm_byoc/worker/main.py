@@ -1,6 +1,6 @@
 """Model worker process entry: load the model, then answer one step at a time.
 
-The parent (the engine's ``engine.model_executor.StepWorker``) starts ``run_worker`` with the
+The parent (the engine's ``engine.model_executor.ModelExecutor``) starts ``run_worker`` with the
 'spawn' method; messages are ``protocol`` messages on a ``process.Channel``
 (typed JSON frames with a call id, never pickle):
 

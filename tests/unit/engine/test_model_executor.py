@@ -11,7 +11,7 @@ import pytest
 from fakes.fake_worker import FakeModel, fake_target, next_token
 from llm_byoc.config import EngineConfig
 from llm_byoc.errors import EngineDead
-from llm_byoc.engine.model_executor import StepFailed, StepWorker
+from llm_byoc.engine.model_executor import ModelExecutor, StepFailed
 from llm_byoc.protocol import (
     EngineState,
     NewSequence,
@@ -23,8 +23,8 @@ from llm_byoc.protocol import (
 CONFIG = EngineConfig(model="/fake-model")
 
 
-def start(model: FakeModel | None = None, on_dead=None) -> StepWorker:
-    worker = StepWorker(CONFIG, fake_target(model or FakeModel()), on_dead=on_dead)
+def start(model: FakeModel | None = None, on_dead=None) -> ModelExecutor:
+    worker = ModelExecutor(CONFIG, fake_target(model or FakeModel()), on_dead=on_dead)
     worker.start()
     return worker
 
@@ -105,7 +105,7 @@ def test_crash_after_n_steps():
 
 def test_a_hung_step_is_stopped_after_the_step_timeout():
     died = threading.Event()
-    worker = StepWorker(
+    worker = ModelExecutor(
         EngineConfig(model="/fake-model", step_timeout_s=1),
         fake_target(FakeModel(step_delay_s=60)),
         on_dead=lambda detail: died.set(),
