@@ -78,8 +78,12 @@ class LLMEngine:
         trying to reach its socket (None: for ever); ``health_timeout_s``: how long a health
         check may wait for the engine (None: the client's default)."""
         options = {} if health_timeout_s is None else {"health_timeout_s": health_timeout_s}
-        return cls(lambda on_outputs, on_lost: RemoteCore(socket_path, on_outputs, on_lost, timeout_s, **options),
-                   tokenizer, trust_remote_code)
+        engine = cls(lambda on_outputs, on_lost: RemoteCore(socket_path, on_outputs, on_lost, timeout_s, **options),
+                     tokenizer, trust_remote_code)
+        if tokenizer is None:  # load it the moment the model is: /ping is READY no later than the engine
+            engine._warming = True
+            threading.Thread(target=engine._warm, args=(True,), name="tokenizer-warm", daemon=True).start()
+        return engine
 
     # --- state -------------------------------------------------------------------
 
@@ -90,7 +94,7 @@ class LLMEngine:
 
     def health(self, timeout_s: float | None = None) -> HealthReport:
         """``timeout_s``: how long an engine server may take to answer (None: the client's default).
-        READY once the tokenizer is loaded too (its loading starts here, in the background)."""
+        READY once the tokenizer is loaded too (in the background: from ``connect``, or from here)."""
         report = self._core.health(timeout_s)
         if report.state is EngineState.READY and self._tokenizer is None:
             if self._tokenizer_failed:
@@ -101,7 +105,12 @@ class LLMEngine:
             return dataclasses.replace(report, state=EngineState.LOADING, detail="loading the tokenizer")
         return report
 
-    def _warm(self) -> None:
+    def _warm(self, when_ready: bool = False) -> None:
+        if when_ready:
+            try:
+                self._core.wait_ready(None)
+            except ServingError:
+                return  # the engine is dead: health says so
         try:
             self._load_tokenizer()
         except Exception as exc:  # the model cannot be served: /ping says why
