@@ -176,7 +176,7 @@ def check_adapter(name: str, src: str, uid: str, roots: tuple[str, ...], max_ran
     if base is None or not base.modules:
         model = base.model_type if base else "this"
         raise InvalidRequest(f"LoRA adapters are not supported for {model} models "
-                             "(supported: llama, mistral, qwen2 layouts)")
+                             "(supported: llama, mistral, qwen2, qwen3 layouts)")
     folder = resolve_source(src, roots)
     rank, scaling = read_config(folder, max_rank)
     weights = weights_file(folder)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from transformers import AutoConfig, LlamaConfig, MistralConfig, OPTConfig, Qwen2Config
+from transformers import AutoConfig, LlamaConfig, MistralConfig, OPTConfig, Qwen2Config, Qwen3Config
 
 from llm_byoc.errors import ModelLoadError
 from llm_byoc.worker.models import check_supported, native_unsupported
@@ -26,6 +26,9 @@ HF_CONFIGS = {
     "qwen2": Qwen2Config(**SMALL, num_key_value_heads=4),
     "qwen2-window": Qwen2Config(**SMALL, num_key_value_heads=2, use_sliding_window=True, sliding_window=64,
                                 max_window_layers=0),
+    "qwen3": Qwen3Config(**SMALL, num_key_value_heads=2),  # head_dim 128 unless set, not hidden / heads
+    "qwen3-biases-head-dim-tied": Qwen3Config(**SMALL, num_key_value_heads=2, attention_bias=True, head_dim=32,
+                                              tie_word_embeddings=True),
 }
 OPT_CONFIGS = {
     "opt": OPTConfig(vocab_size=384, hidden_size=64, ffn_dim=128, num_hidden_layers=2, num_attention_heads=4),
@@ -53,6 +56,8 @@ def test_llama_family_fields_match_transformers(name, tmp_path):
     assert ours.head_dim == (getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads)
     assert ours.qkv_bias == (hf.model_type == "qwen2" or getattr(hf, "attention_bias", False))
     assert ours.mlp_bias == getattr(hf, "mlp_bias", False)
+    assert ours.o_bias == (hf.model_type in ("llama", "qwen3") and getattr(hf, "attention_bias", False))
+    assert ours.qk_norm == (hf.model_type == "qwen3")
 
 
 @pytest.mark.parametrize("name", sorted(OPT_CONFIGS))

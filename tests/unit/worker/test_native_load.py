@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, OPTConfig, Qwen2Config
+from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, OPTConfig, Qwen2Config, Qwen3Config
 
 from fixtures.step_driver import Request, drive
 from llm_byoc.config import EngineConfig
@@ -46,6 +46,9 @@ LAYOUTS = {
     "qwen2-biases": lambda: Qwen2Config(**COMMON, tie_word_embeddings=False),
     "qwen2-yarn-tied": lambda: Qwen2Config(**COMMON, tie_word_embeddings=True, rope_parameters={
         "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "rope_theta": 10000.0}),
+    "qwen3": lambda: Qwen3Config(**COMMON, tie_word_embeddings=False),  # q/k norms, head_dim 128 by default
+    "qwen3-biases-head-dim-tied": lambda: Qwen3Config(**COMMON, attention_bias=True, head_dim=32,
+                                                      tie_word_embeddings=True),
     "mistral": lambda: MistralConfig(**COMMON, sliding_window=None, tie_word_embeddings=False),
     "opt": lambda: OPTConfig(**OPT_COMMON, tie_word_embeddings=False),
     "opt-tied-gelu": lambda: OPTConfig(**OPT_COMMON, activation_function="gelu"),
@@ -116,6 +119,16 @@ def assert_same_decoder(native, via_hf, dtype=torch.float32) -> None:
     assert torch.equal(prefill_logits(native, tokens, dtype), prefill_logits(via_hf, tokens, dtype))
 
 
+def assert_logits_match_transformers(decoder, folder: str) -> None:
+    """The decoder's prefill logits against the transformers model's own forward (its attention, norms, RoPE)."""
+    tokens = [5, 9, 30, 41, 7, 100, 200, 3, 17]
+    hf_model = load_causal_lm(folder, dtype="float32", device="cpu")
+    with torch.inference_mode():
+        theirs = hf_model(torch.tensor([tokens])).logits[0].float()
+    scale = theirs.abs().max().item()  # a tied head gives small logits: the tolerance follows them
+    torch.testing.assert_close(prefill_logits(decoder, tokens), theirs, rtol=1e-4, atol=1e-5 * scale)
+
+
 def assert_greedy_matches_generate(folder: str, **engine) -> None:
     runner = ModelRunner.from_config(EngineConfig(model=folder, max_num_seqs=2, **engine))
     prompts = [[5, 9, 30, 41, 7, 100, 200], [17, 4, 99]]
@@ -130,6 +143,7 @@ def test_each_layout_loads_as_transformers_loads_it(name, tiny_llama_dir, tmp_pa
     folder = save_layout(name, tiny_llama_dir, tmp_path)
     native, native_bytes, via_hf, hf_bytes = load_both(folder)
     assert_same_decoder(native, via_hf)
+    assert_logits_match_transformers(native, folder)
     assert native_bytes == hf_bytes
     if "tied" in name or name.startswith("opt-no-bias"):  # OPT ties by default
         assert native.lm_head.weight is native.embed

@@ -27,6 +27,7 @@ DECODERS = {
     "llama": LlamaDecoder,
     "mistral": LlamaDecoder,
     "qwen2": LlamaDecoder,
+    "qwen3": LlamaDecoder,
     "opt": OPTDecoder,
 }
 

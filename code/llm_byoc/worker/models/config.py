@@ -17,17 +17,20 @@ from dataclasses import dataclass, field
 
 from ...errors import ModelLoadError
 
-LLAMA_FAMILY = ("llama", "mistral", "qwen2")
+LLAMA_FAMILY = ("llama", "mistral", "qwen2", "qwen3")
 _SCALED_ROPE = ("llama3", "yarn", "longrope")  # those that read original_max_position_embeddings
 # Per family: what transformers' config class assumes when config.json is silent.
 _LLAMA_DEFAULTS = {
     "llama": dict(num_key_value_heads=None, max_position_embeddings=2048, sliding_window=None,
-                  use_sliding_window=False),
+                  use_sliding_window=False, head_dim=None),
     "mistral": dict(num_key_value_heads=8, max_position_embeddings=4096 * 32, sliding_window=4096,
-                    use_sliding_window=True),
+                    use_sliding_window=True, head_dim=None),
     "qwen2": dict(num_key_value_heads=32, max_position_embeddings=32768, sliding_window=4096,
-                  use_sliding_window=False),
+                  use_sliding_window=False, head_dim=None),
+    "qwen3": dict(num_key_value_heads=32, max_position_embeddings=32768, sliding_window=4096,
+                  use_sliding_window=False, head_dim=128),
 }
+_ATTENTION_BIAS = ("llama", "qwen3")  # attention_bias puts biases on q, k, v and o
 _LLAMA_REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
 _OPT_REQUIRED = ("vocab_size", "hidden_size", "ffn_dim", "num_hidden_layers", "num_attention_heads")
 
@@ -38,7 +41,7 @@ class NeedsTransformers(Exception):
 
 @dataclass(frozen=True)
 class LlamaDecoderConfig:
-    model_type: str  # llama, mistral or qwen2
+    model_type: str  # llama, mistral, qwen2 or qwen3
     vocab_size: int
     hidden_size: int
     intermediate_size: int
@@ -56,6 +59,7 @@ class LlamaDecoderConfig:
     tie_word_embeddings: bool = False
     sliding_window: int | None = None
     use_sliding_window: bool = False
+    qk_norm: bool = False  # an RMSNorm over each head of q and of k before RoPE (qwen3)
 
     def __post_init__(self) -> None:
         _require_positive(self, "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
@@ -73,20 +77,20 @@ class LlamaDecoderConfig:
         use_window = bool(raw.get("use_sliding_window", defaults["use_sliding_window"]))
         window = raw.get("sliding_window", defaults["sliding_window"])
         max_positions = raw.get("max_position_embeddings", defaults["max_position_embeddings"])
-        attention_bias = model_type == "llama" and bool(raw.get("attention_bias", False))
+        attention_bias = model_type in _ATTENTION_BIAS and bool(raw.get("attention_bias", False))
         return cls(
             model_type=model_type, vocab_size=raw["vocab_size"], hidden_size=raw["hidden_size"],
             intermediate_size=raw["intermediate_size"], num_hidden_layers=raw["num_hidden_layers"],
             num_attention_heads=heads,
             num_key_value_heads=raw.get("num_key_value_heads", defaults["num_key_value_heads"]) or heads,
-            head_dim=raw.get("head_dim") or raw["hidden_size"] // heads,
+            head_dim=raw.get("head_dim") or defaults["head_dim"] or raw["hidden_size"] // heads,
             hidden_act=raw.get("hidden_act", "silu"), rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
             max_position_embeddings=max_positions, rope_parameters=rope_parameters(raw, max_positions),
             qkv_bias=model_type == "qwen2" or attention_bias, o_bias=attention_bias,
             mlp_bias=model_type == "llama" and bool(raw.get("mlp_bias", False)),
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
-            sliding_window=window if use_window or model_type != "qwen2" else None,
-            use_sliding_window=use_window,
+            sliding_window=window if use_window or model_type not in ("qwen2", "qwen3") else None,
+            use_sliding_window=use_window, qk_norm=model_type == "qwen3",
         )
 
 

@@ -2,7 +2,7 @@
 
 Covers ``llama`` and the layouts that differ from it only by optional biases
 (``qwen2``: q/k/v bias; ``mistral`` while its sliding window is longer than the
-context). Per layer, q/k/v are one fused matmul and gate/up another, so every
+context) or by an RMSNorm over each head of q and k before RoPE (``qwen3``). Per layer, q/k/v are one fused matmul and gate/up another, so every
 projection is one big matmul over all T rows of the step. Built straight from the
 safetensors files (``from_checkpoint``, each fused projection read into place) or,
 for what that path does not take, from a loaded transformers model (``from_hf``).
@@ -60,10 +60,13 @@ class LlamaLayer:
     ln_mlp: torch.Tensor  # [hidden]
     gate_up: Linear  # hidden -> 2 * I
     down: Linear  # I -> hidden
+    q_norm: torch.Tensor | None = None  # [D]: qwen3's per-head norms of q and k
+    k_norm: torch.Tensor | None = None
 
     @classmethod
     def from_hf(cls, layer, make_linear: MakeLinear) -> "LlamaLayer":
         attn, mlp = layer.self_attn, layer.mlp
+        q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
         return cls(
             ln_attn=layer.input_layernorm.weight,
             qkv=make_linear(
@@ -76,6 +79,8 @@ class LlamaLayer:
                 torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), _cat_bias(mlp.gate_proj, mlp.up_proj)
             ),
             down=make_linear(mlp.down_proj.weight, mlp.down_proj.bias),
+            q_norm=None if q_norm is None else q_norm.weight,
+            k_norm=None if k_norm is None else k_norm.weight,
         )
 
     @classmethod
@@ -100,6 +105,8 @@ class LlamaLayer:
             ln_mlp=weights.tensor(prefix + "post_attention_layernorm.weight", (hidden,)),
             gate_up=projection(gate_up, hidden, config.mlp_bias),
             down=projection([(mlp + "down_proj", hidden)], inter, config.mlp_bias),
+            q_norm=weights.tensor(attn + "q_norm.weight", (config.head_dim,)) if config.qk_norm else None,
+            k_norm=weights.tensor(attn + "k_norm.weight", (config.head_dim,)) if config.qk_norm else None,
         )
 
 
@@ -185,7 +192,11 @@ class LlamaDecoder:
         if lora is not None:
             lora.add(qkv, x, index, "qkv")
         qk, v = qkv.split([q_size + kv_size, kv_size], dim=-1)
-        qk = rotate(qk.view(rows, self.num_heads + self.num_kv_heads, self.head_dim), cos, sin)
+        qk = qk.view(rows, self.num_heads + self.num_kv_heads, self.head_dim)
+        if layer.q_norm is not None:  # normalised per head, as transformers does before RoPE
+            q, k = qk.split([self.num_heads, self.num_kv_heads], dim=1)
+            qk = torch.cat((rms_norm(q, layer.q_norm, self.eps), rms_norm(k, layer.k_norm, self.eps)), dim=1)
+        qk = rotate(qk, cos, sin)
         q, k = qk.split([self.num_heads, self.num_kv_heads], dim=1)  # [T, H, D], [T, KVH, D]
         v = v.view(rows, self.num_kv_heads, self.head_dim)
         attn = paged_attention(q, k, v, k_cache, v_cache, inputs).reshape(rows, q_size)  # [T, H*D]
