@@ -47,6 +47,11 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torc
     return x * cos + torch.cat((x[..., half:], x[..., :half]), dim=-1) * signed_sin
 
 
+def head_norms(q_norm: torch.Tensor, k_norm: torch.Tensor, num_heads: int, num_kv_heads: int) -> torch.Tensor:
+    """[H + KVH, D]: each q head's norm weight, then each k head's, so one rms_norm covers q and k."""
+    return torch.cat((q_norm.expand(num_heads, -1), k_norm.expand(num_kv_heads, -1)))
+
+
 def _cat_bias(*linears) -> torch.Tensor | None:
     biases = [lin.bias for lin in linears]
     return None if all(b is None for b in biases) else torch.cat(biases)
@@ -60,13 +65,15 @@ class LlamaLayer:
     ln_mlp: torch.Tensor  # [hidden]
     gate_up: Linear  # hidden -> 2 * I
     down: Linear  # I -> hidden
-    q_norm: torch.Tensor | None = None  # [D]: qwen3's per-head norms of q and k
-    k_norm: torch.Tensor | None = None
+    qk_norm: torch.Tensor | None = None  # [H + KVH, D]: qwen3's per-head norm weights of q, then of k
 
     @classmethod
     def from_hf(cls, layer, make_linear: MakeLinear) -> "LlamaLayer":
         attn, mlp = layer.self_attn, layer.mlp
-        q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
+        qk_norm = None
+        if getattr(attn, "q_norm", None) is not None:
+            heads = attn.config.num_attention_heads, attn.config.num_key_value_heads
+            qk_norm = head_norms(attn.q_norm.weight, attn.k_norm.weight, *heads)
         return cls(
             ln_attn=layer.input_layernorm.weight,
             qkv=make_linear(
@@ -79,8 +86,7 @@ class LlamaLayer:
                 torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), _cat_bias(mlp.gate_proj, mlp.up_proj)
             ),
             down=make_linear(mlp.down_proj.weight, mlp.down_proj.bias),
-            q_norm=None if q_norm is None else q_norm.weight,
-            k_norm=None if k_norm is None else k_norm.weight,
+            qk_norm=qk_norm,
         )
 
     @classmethod
@@ -105,8 +111,9 @@ class LlamaLayer:
             ln_mlp=weights.tensor(prefix + "post_attention_layernorm.weight", (hidden,)),
             gate_up=projection(gate_up, hidden, config.mlp_bias),
             down=projection([(mlp + "down_proj", hidden)], inter, config.mlp_bias),
-            q_norm=weights.tensor(attn + "q_norm.weight", (config.head_dim,)) if config.qk_norm else None,
-            k_norm=weights.tensor(attn + "k_norm.weight", (config.head_dim,)) if config.qk_norm else None,
+            qk_norm=head_norms(weights.tensor(attn + "q_norm.weight", (config.head_dim,)),
+                               weights.tensor(attn + "k_norm.weight", (config.head_dim,)),
+                               config.num_attention_heads, config.num_key_value_heads) if config.qk_norm else None,
         )
 
 
@@ -193,9 +200,8 @@ class LlamaDecoder:
             lora.add(qkv, x, index, "qkv")
         qk, v = qkv.split([q_size + kv_size, kv_size], dim=-1)
         qk = qk.view(rows, self.num_heads + self.num_kv_heads, self.head_dim)
-        if layer.q_norm is not None:  # normalised per head, as transformers does before RoPE
-            q, k = qk.split([self.num_heads, self.num_kv_heads], dim=1)
-            qk = torch.cat((rms_norm(q, layer.q_norm, self.eps), rms_norm(k, layer.k_norm, self.eps)), dim=1)
+        if layer.qk_norm is not None:  # each head normalised, as transformers does before RoPE
+            qk = rms_norm(qk, layer.qk_norm, self.eps)
         qk = rotate(qk, cos, sin)
         q, k = qk.split([self.num_heads, self.num_kv_heads], dim=1)  # [T, H, D], [T, KVH, D]
         v = v.view(rows, self.num_kv_heads, self.head_dim)

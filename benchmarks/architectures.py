@@ -1,0 +1,128 @@
+"""The native decoders side by side: W1 on a random checkpoint of each architecture, all of one shape.
+
+    python -m benchmarks.architectures [--types llama qwen2 qwen3] [--rounds 2] [--threads 2] [--json OUT]
+
+Each architecture gets a random checkpoint of SmolLM2-135M's shape (hidden
+576, 30 layers, 9 heads, 3 KV heads, vocab 49152; safetensors, fp32) with
+SmolLM2's tokenizer, so what differs between them is only what the
+architecture adds (Qwen2's q/k/v biases, Qwen3's per-head q/k norms). Every
+engine is loaded once (load time and the model worker's peak memory, VmHWM,
+are reported), then W1 (32 requests, 16 concurrent, ~30-token prompts, 64
+new tokens, ``ignore_eos``) runs on each in turn, ``--rounds`` times, so a
+machine whose speed drifts weighs on all of them alike. Ratios are to the
+first type.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from llm_byoc import cpu
+from llm_byoc.models.default_model import model_or_default
+from llm_byoc.process.procfs import process_tree
+
+from .engine_bench import bench_prompts, run_engine, start_engine
+
+SHAPE_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+              "num_key_value_heads", "max_position_embeddings", "rms_norm_eps", "tie_word_embeddings",
+              "bos_token_id", "eos_token_id")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+
+
+def random_checkpoint(model_type: str, reference: Path, folder: Path) -> Path:
+    """A random model of ``model_type`` with the reference's shape and tokenizer."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    shape = json.loads((reference / "config.json").read_text())
+    settings = {key: shape[key] for key in SHAPE_KEYS if key in shape}
+    settings["head_dim"] = shape["hidden_size"] // shape["num_attention_heads"]
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **settings))
+    out = folder / model_type
+    model.save_pretrained(out)
+    for name in TOKENIZER_FILES:
+        if (reference / name).exists():
+            shutil.copy(reference / name, out / name)
+    return out
+
+
+def peak_rss_bytes(pid: int) -> int:
+    """The process's peak resident memory (VmHWM), 0 when unknown."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.architectures", description=__doc__.split("\n")[0])
+    parser.add_argument("--types", nargs="+", default=["llama", "qwen2", "qwen3"])
+    parser.add_argument("--reference", help="the model whose shape and tokenizer are used (default: SmolLM2-135M)")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--num-requests", type=int, default=32)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--json", help="write the figures to this file")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    reference = Path(model_or_default(args.reference))
+    prompts = bench_prompts(args.num_requests)
+    figures: dict[str, dict] = {}
+    engines = {}
+    with tempfile.TemporaryDirectory(prefix="llm_byoc-arch-") as tmp:
+        try:
+            for model_type in args.types:
+                folder = random_checkpoint(model_type, reference, Path(tmp))
+                before = set(process_tree(os.getpid()))
+                started = time.perf_counter()
+                engine = start_engine(str(folder), max_num_seqs=args.concurrency, num_threads=args.threads)
+                load_s = time.perf_counter() - started
+                engines[model_type] = engine
+                workers = sorted(set(process_tree(os.getpid())) - before)  # the engine's model worker
+                figures[model_type] = {"load_s": load_s, "tokens_per_s": [],
+                                       "worker_peak_rss_bytes": sum(peak_rss_bytes(pid) for pid in workers)}
+            for _ in range(args.rounds):
+                for model_type, engine in engines.items():
+                    run = run_engine(engine, prompts, args.max_new_tokens, args.concurrency)
+                    if run.errors:
+                        raise SystemExit(f"{model_type}: {len(run.errors)} requests failed, e.g. {run.errors[0]}")
+                    figures[model_type]["tokens_per_s"].append(run.tokens_per_s)
+        finally:
+            for engine in engines.values():
+                engine.shutdown()
+    first = args.types[0]
+    base = statistics.median(figures[first]["tokens_per_s"])
+    print(f"W1 ({args.num_requests} requests, {args.concurrency} concurrent, {args.max_new_tokens} new tokens), "
+          f"{args.rounds} rounds alternating, random checkpoints of {reference.name}'s shape, fp32, "
+          f"{args.threads} threads; CPU: {cpu.describe_line()}")
+    print(f"{'type':<8} {'load s':>7} {'worker peak MiB':>16} {'tok/s (median)':>15} {'runs':<24} {'/ ' + first:>9}")
+    for model_type, f in figures.items():
+        median = statistics.median(f["tokens_per_s"])
+        f["tokens_per_s_median"] = median
+        runs = " ".join(f"{x:.1f}" for x in f["tokens_per_s"])
+        print(f"{model_type:<8} {f['load_s']:>7.2f} {f['worker_peak_rss_bytes'] / 2**20:>16.0f} {median:>15.1f} "
+              f"{runs:<24} {median / base:>9.3f}")
+    if args.json:
+        document = {"args": vars(args), "cpu": cpu.describe(), "types": figures}
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(document, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
