@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fixtures.tiny_models import build_tiny_llama, build_tiny_opt  # noqa: E402
+from fixtures.tiny_models import build_tiny_decoder, build_tiny_llama, build_tiny_opt  # noqa: E402
 
 # Property-based tests (the fuzz suites): "ci" is the default, reproducible and
 # bounded; `pytest --hypothesis-profile=thorough` searches much wider.
@@ -38,6 +38,18 @@ def tiny_opt_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 2-layer random LlamaForCausalLM (GQA, chat template) folder."""
     return build_tiny_llama(tmp_path_factory.mktemp("models") / "tiny-llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer random Qwen3 of the tiny Llama's shape and tokenizer (q/k head norms, head_dim 32)."""
+    return build_tiny_decoder(tmp_path_factory.mktemp("models") / "tiny-qwen3", "qwen3")
+
+
+@pytest.fixture(scope="session")
+def tiny_phi3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer random Phi-3 of the tiny Llama's shape and tokenizer (fused q/k/v and gate/up)."""
+    return build_tiny_decoder(tmp_path_factory.mktemp("models") / "tiny-phi3", "phi3")
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from transformers import AutoConfig, LlamaConfig, MistralConfig, OPTConfig, Qwen2Config, Qwen3Config
+from transformers import AutoConfig, LlamaConfig, MistralConfig, OPTConfig, Phi3Config, Qwen2Config, Qwen3Config
 
 from llm_byoc.errors import ModelLoadError
 from llm_byoc.worker.models import check_supported, native_unsupported
@@ -29,6 +29,9 @@ HF_CONFIGS = {
     "qwen3": Qwen3Config(**SMALL, num_key_value_heads=2),  # head_dim 128 unless set, not hidden / heads
     "qwen3-biases-head-dim-tied": Qwen3Config(**SMALL, num_key_value_heads=2, attention_bias=True, head_dim=32,
                                               tie_word_embeddings=True),
+    "phi3": Phi3Config(**SMALL, num_key_value_heads=2),
+    "phi3-gqa-tied": Phi3Config(**SMALL, num_key_value_heads=1, tie_word_embeddings=True, rms_norm_eps=1e-6),
+    "phi3-window": Phi3Config(**SMALL, num_key_value_heads=2, sliding_window=100),  # Phi-3-mini-4k sets one
 }
 OPT_CONFIGS = {
     "opt": OPTConfig(vocab_size=384, hidden_size=64, ffn_dim=128, num_hidden_layers=2, num_attention_heads=4),
@@ -89,6 +92,17 @@ def test_per_batch_rope_is_refused_from_our_config(tmp_path):
     _, ours, _ = _round_trip(LlamaConfig(**SMALL, rope_parameters={"rope_type": "dynamic", "factor": 2.0}), tmp_path)
     with pytest.raises(ModelLoadError, match="rope type 'dynamic'"):
         check_supported(ours, 256)
+
+
+def test_a_phi3_window_shorter_than_the_context_and_partial_rope_are_refused(tmp_path):
+    _, ours, _ = _round_trip(HF_CONFIGS["phi3-window"], tmp_path)
+    check_supported(ours, 100)
+    with pytest.raises(ModelLoadError, match=r"sliding-window attention \(100\)"):
+        check_supported(ours, 128)
+    partial = Phi3Config(**SMALL, num_key_value_heads=2, rope_parameters={"rope_type": "default", "rope_theta": 1e4,
+                                                                          "partial_rotary_factor": 0.75})
+    with pytest.raises(ModelLoadError, match="partial_rotary_factor 0.75"):
+        check_supported(partial, 64)
 
 
 def test_what_sends_a_model_through_transformers(tmp_path):

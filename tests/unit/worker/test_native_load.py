@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, OPTConfig, Qwen2Config, Qwen3Config
+from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, OPTConfig, Phi3Config, Qwen2Config, Qwen3Config
 
 from fixtures.step_driver import Request, drive
 from llm_byoc.config import EngineConfig
@@ -49,6 +49,8 @@ LAYOUTS = {
     "qwen3": lambda: Qwen3Config(**COMMON, tie_word_embeddings=False),  # q/k norms, head_dim 128 by default
     "qwen3-biases-head-dim-tied": lambda: Qwen3Config(**COMMON, attention_bias=True, head_dim=32,
                                                       tie_word_embeddings=True),
+    "phi3": lambda: Phi3Config(**COMMON, tie_word_embeddings=False),  # fused qkv_proj, gate_up_proj
+    "phi3-tied": lambda: Phi3Config(**COMMON, tie_word_embeddings=True),
     "mistral": lambda: MistralConfig(**COMMON, sliding_window=None, tie_word_embeddings=False),
     "opt": lambda: OPTConfig(**OPT_COMMON, tie_word_embeddings=False),
     "opt-tied-gelu": lambda: OPTConfig(**OPT_COMMON, activation_function="gelu"),

@@ -28,10 +28,12 @@ DECODERS = {
     "mistral": LlamaDecoder,
     "qwen2": LlamaDecoder,
     "qwen3": LlamaDecoder,
+    "phi3": LlamaDecoder,
     "opt": OPTDecoder,
 }
 
 _PER_BATCH_ROPE = ("dynamic", "longrope")
+_WINDOW_BY_DEFAULT = ("mistral", "phi3")  # their attention uses sliding_window whenever it is set
 
 
 def check_model_type(model_type) -> None:
@@ -52,8 +54,13 @@ def check_supported(config, max_model_len: int) -> None:
             f"rope type {rope.get('rope_type')!r} rescales by the longest sequence in a batch, "
             "which a continuously batched step cannot reproduce; it is not supported"
         )
+    if model_type == "phi3" and rope.get("partial_rotary_factor", 1.0) != 1.0:
+        raise ModelLoadError(
+            f"phi3 with partial_rotary_factor {rope['partial_rotary_factor']} (RoPE on part of each head) "
+            "is not supported"
+        )
     window = getattr(config, "sliding_window", None)
-    uses_window = getattr(config, "use_sliding_window", model_type == "mistral")
+    uses_window = getattr(config, "use_sliding_window", model_type in _WINDOW_BY_DEFAULT)
     if uses_window and window is not None and window < max_model_len:
         raise ModelLoadError(
             f"{model_type} sliding-window attention ({window}) is not supported; "

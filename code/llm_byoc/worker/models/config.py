@@ -17,19 +17,23 @@ from dataclasses import dataclass, field
 
 from ...errors import ModelLoadError
 
-LLAMA_FAMILY = ("llama", "mistral", "qwen2", "qwen3")
+LLAMA_FAMILY = ("llama", "mistral", "qwen2", "qwen3", "phi3")
 _SCALED_ROPE = ("llama3", "yarn", "longrope")  # those that read original_max_position_embeddings
 # Per family: what transformers' config class assumes when config.json is silent.
 _LLAMA_DEFAULTS = {
     "llama": dict(num_key_value_heads=None, max_position_embeddings=2048, sliding_window=None,
-                  use_sliding_window=False, head_dim=None),
+                  use_sliding_window=False, head_dim=None, rms_norm_eps=1e-6),
     "mistral": dict(num_key_value_heads=8, max_position_embeddings=4096 * 32, sliding_window=4096,
-                    use_sliding_window=True, head_dim=None),
+                    use_sliding_window=True, head_dim=None, rms_norm_eps=1e-6),
     "qwen2": dict(num_key_value_heads=32, max_position_embeddings=32768, sliding_window=4096,
-                  use_sliding_window=False, head_dim=None),
+                  use_sliding_window=False, head_dim=None, rms_norm_eps=1e-6),
     "qwen3": dict(num_key_value_heads=32, max_position_embeddings=32768, sliding_window=4096,
-                  use_sliding_window=False, head_dim=128),
+                  use_sliding_window=False, head_dim=128, rms_norm_eps=1e-6),
+    # phi3 (Phi-3, Phi-4): q/k/v and gate/up fused in the checkpoint; a window whenever one is set
+    "phi3": dict(num_key_value_heads=None, max_position_embeddings=4096, sliding_window=None,
+                 use_sliding_window=True, head_dim=None, rms_norm_eps=1e-5),
 }
+FUSED_CHECKPOINT = ("phi3",)  # qkv_proj and gate_up_proj are single tensors in these checkpoints
 _ATTENTION_BIAS = ("llama", "qwen3")  # attention_bias puts biases on q, k, v and o
 _LLAMA_REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
 _OPT_REQUIRED = ("vocab_size", "hidden_size", "ffn_dim", "num_hidden_layers", "num_attention_heads")
@@ -41,7 +45,7 @@ class NeedsTransformers(Exception):
 
 @dataclass(frozen=True)
 class LlamaDecoderConfig:
-    model_type: str  # llama, mistral, qwen2 or qwen3
+    model_type: str  # llama, mistral, qwen2, qwen3 or phi3
     vocab_size: int
     hidden_size: int
     intermediate_size: int
@@ -84,7 +88,7 @@ class LlamaDecoderConfig:
             num_attention_heads=heads,
             num_key_value_heads=raw.get("num_key_value_heads", defaults["num_key_value_heads"]) or heads,
             head_dim=raw.get("head_dim") or defaults["head_dim"] or raw["hidden_size"] // heads,
-            hidden_act=raw.get("hidden_act", "silu"), rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+            hidden_act=raw.get("hidden_act", "silu"), rms_norm_eps=float(raw.get("rms_norm_eps", defaults["rms_norm_eps"])),
             max_position_embeddings=max_positions, rope_parameters=rope_parameters(raw, max_positions),
             qkv_bias=model_type == "qwen2" or attention_bias, o_bias=attention_bias,
             mlp_bias=model_type == "llama" and bool(raw.get("mlp_bias", False)),

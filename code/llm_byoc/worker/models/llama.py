@@ -2,7 +2,8 @@
 
 Covers ``llama`` and the layouts that differ from it only by optional biases
 (``qwen2``: q/k/v bias; ``mistral`` while its sliding window is longer than the
-context) or by an RMSNorm over each head of q and k before RoPE (``qwen3``). Per layer, q/k/v are one fused matmul and gate/up another, so every
+context) or by an RMSNorm over each head of q and k before RoPE (``qwen3``), and
+``phi3``, whose checkpoints hold q/k/v and gate/up already fused. Per layer, q/k/v are one fused matmul and gate/up another, so every
 projection is one big matmul over all T rows of the step. Built straight from the
 safetensors files (``from_checkpoint``, each fused projection read into place) or,
 for what that path does not take, from a loaded transformers model (``from_hf``).
@@ -22,7 +23,7 @@ from ..kv_cache import PagedKVCache
 from ..linear import Linear, MakeLinear, linear_factory
 from ..lora import LoRAStep
 from .activations import activation
-from .config import LlamaDecoderConfig
+from .config import FUSED_CHECKPOINT, LlamaDecoderConfig
 from .rope import Rotary
 from .weights import CheckpointWeights
 
@@ -70,6 +71,11 @@ class LlamaLayer:
     @classmethod
     def from_hf(cls, layer, make_linear: MakeLinear) -> "LlamaLayer":
         attn, mlp = layer.self_attn, layer.mlp
+        if hasattr(attn, "qkv_proj"):  # phi3: already fused
+            return cls(ln_attn=layer.input_layernorm.weight, qkv=make_linear(attn.qkv_proj.weight, attn.qkv_proj.bias),
+                       o=make_linear(attn.o_proj.weight, attn.o_proj.bias), ln_mlp=layer.post_attention_layernorm.weight,
+                       gate_up=make_linear(mlp.gate_up_proj.weight, mlp.gate_up_proj.bias),
+                       down=make_linear(mlp.down_proj.weight, mlp.down_proj.bias))
         qk_norm = None
         if getattr(attn, "q_norm", None) is not None:
             heads = attn.config.num_attention_heads, attn.config.num_key_value_heads
@@ -98,6 +104,8 @@ class LlamaLayer:
         attn, mlp = prefix + "self_attn.", prefix + "mlp."
         qkv = [(attn + "q_proj", q), (attn + "k_proj", kv), (attn + "v_proj", kv)]
         gate_up = [(mlp + "gate_proj", inter), (mlp + "up_proj", inter)]
+        if config.model_type in FUSED_CHECKPOINT:
+            qkv, gate_up = [(attn + "qkv_proj", q + 2 * kv)], [(mlp + "gate_up_proj", 2 * inter)]
 
         def projection(parts: list[tuple[str, int]], columns: int, bias: bool) -> Linear:
             weight = weights.projection([(name + ".weight", (rows, columns)) for name, rows in parts])
