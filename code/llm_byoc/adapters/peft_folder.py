@@ -25,6 +25,8 @@ from ..errors import InvalidRequest
 from .messages import AdapterSpec
 
 LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# Phi-3's names: one tensor for several of ours. Its LoRA is theirs with A shared and B split by rows (exact).
+FUSED_MODULES = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,62})$")
@@ -143,17 +145,18 @@ def check_tensors(shapes: dict[str, list[int]], rank: int, base: BaseShapes) -> 
             raise InvalidRequest(f"{WEIGHTS_FILE}: unexpected tensor {key!r} (only LoRA A/B weights of the "
                                  "decoder layers are served)")
         layer, module, side = int(match.group(1)), match.group(2), match.group(3)
-        if module not in base.modules:
+        parts = FUSED_MODULES.get(module, (module,))
+        if any(part not in base.modules for part in parts):
             raise InvalidRequest(f"the adapter targets {module!r}, which the {base.model_type} base model "
                                  f"does not have (it has {', '.join(base.modules)})")
         if layer >= base.num_layers:
             raise InvalidRequest(f"the adapter has layer {layer}; the base model has {base.num_layers} layers")
-        features_in, features_out = base.modules[module]
+        features_in, features_out = base.modules[parts[0]][0], sum(base.modules[part][1] for part in parts)
         expected = [rank, features_in] if side == "A" else [features_out, rank]
         if shape != expected:
             raise InvalidRequest(f"{key}: shape {shape}, but the base model needs {expected} (an adapter "
                                  "trained on another base model?)")
-        targets.add(module)
+        targets.update(parts)
     if not targets:
         raise InvalidRequest(f"{WEIGHTS_FILE} holds no LoRA weights")
     return [m for m in LORA_MODULES if m in targets]
@@ -176,7 +179,7 @@ def check_adapter(name: str, src: str, uid: str, roots: tuple[str, ...], max_ran
     if base is None or not base.modules:
         model = base.model_type if base else "this"
         raise InvalidRequest(f"LoRA adapters are not supported for {model} models "
-                             "(supported: llama, mistral, qwen2, qwen3 layouts)")
+                             "(supported: llama, mistral, qwen2, qwen3, phi3 layouts)")
     folder = resolve_source(src, roots)
     rank, scaling = read_config(folder, max_rank)
     weights = weights_file(folder)

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from ..adapters.messages import AdapterSpec
-from ..adapters.peft_folder import TENSOR_KEY, WEIGHTS_FILE, BaseShapes, check_tensors
+from ..adapters.peft_folder import FUSED_MODULES, TENSOR_KEY, WEIGHTS_FILE, BaseShapes, check_tensors
 
 POINTS: dict[str, tuple[str, ...]] = {
     "qkv": ("q_proj", "k_proj", "v_proj"),
@@ -68,10 +68,14 @@ def load_adapter(spec: AdapterSpec, base: BaseShapes, dtype: torch.dtype) -> Ada
     for key, tensor in tensors.items():
         match = TENSOR_KEY.match(key)
         layer, module, side = int(match.group(1)), match.group(2), match.group(3)
+        parts = FUSED_MODULES.get(module, (module,))
         if side == "A":
-            a[layer][module] = tensor.to(dtype).t().contiguous()  # [in, r]
+            for part in parts:  # a fused projection's A serves each of its parts
+                a[layer][part] = tensor.to(dtype).t().contiguous()  # [in, r]
         else:
-            b[layer][module] = (tensor.float() * spec.scaling).to(dtype).t().contiguous()  # [r, out]
+            rows = tensor.split([base.modules[part][1] for part in parts])  # its B, by each part's outputs
+            for part, b_rows in zip(parts, rows):
+                b[layer][part] = (b_rows.float() * spec.scaling).to(dtype).t().contiguous()  # [r, out]
     for layer in range(base.num_layers):
         if set(a[layer]) != set(b[layer]):
             raise ValueError(f"adapter {spec.name!r}: layer {layer} has A and B for different modules")

@@ -68,6 +68,8 @@ def test_configs_this_server_cannot_apply_exactly_are_refused(tmp_path, config, 
     ({KEY.format(layer=5, part="self_attn", module="q_proj", side="A"): torch.zeros(2, 8)}, "layer 5"),
     ({KEY.format(layer=0, part="self_attn", module="v_proj", side="B"): torch.zeros(8, 2)}, r"needs \[4, 2\]"),
     ({KEY.format(layer=0, part="mlp", module="down_proj", side="A"): torch.zeros(2, 8)}, "another base model"),
+    ({KEY.format(layer=0, part="self_attn", module="qkv_proj", side="B"): torch.zeros(20, 2)},
+     "targets 'qkv_proj', which the llama base model does not have"),  # a fused name needs all its parts
 ])
 def test_tensors_that_do_not_fit_the_base_model_are_refused(tmp_path, tensors, fragment):
     with pytest.raises(InvalidRequest, match=fragment):

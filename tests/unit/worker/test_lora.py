@@ -134,3 +134,23 @@ def test_base_rows_read_a_zero_padding_place():
     batch = build_lora_batch([0, -1, 1], [], torch.float32, torch.device("cpu"))
     assert batch.rows.view(2, -1).shape == (2, 2) and batch.mask[:, :, 0].tolist() == [[1, 0], [1, 0]]
     assert batch.back.tolist()[0] == 0 and batch.back.tolist()[2] == 2 and batch.mask.view(-1)[batch.back[1]] == 0
+
+
+def test_phi3_adapters_on_its_fused_projections_match_peft(tiny_phi3_dir, tmp_path):
+    """PEFT names Phi-3's fused qkv_proj and gate_up_proj: served as our q/k/v and gate/up with
+    the adapter's A shared and its B split by rows, the output is exactly PEFT's."""
+    runner = ModelRunner.from_config(EngineConfig(model=str(tiny_phi3_dir), max_num_seqs=4, max_loras=1))
+    folder = make_adapter(tiny_phi3_dir, tmp_path / "phi", rank=4, seed=5,
+                          targets=("qkv_proj", "o_proj", "gate_up_proj", "down_proj"))
+    spec = check_adapter("phi", str(folder), "phi#1", (str(tmp_path),), 64, base_shapes(runner))
+    assert spec.target_modules == ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    prompts = _prompts(9, [11, 23, 5])
+    requests = [Request(f"r{i}", p, SamplingParams(max_new_tokens=10), i, spec if i != 1 else None)
+                for i, p in enumerate(prompts)]
+    result = drive(runner, requests, num_slots=4, token_budget=24, eos_token_ids=EOS, max_loras=1)
+    for request in requests:
+        expected = (peft_greedy(tiny_phi3_dir, folder, request.prompt, 10) if request.adapter
+                    else hf_greedy(tiny_phi3_dir, request.prompt, 10))
+        assert result.outputs[request.seq_id] == expected, request.seq_id
+    assert peft_greedy(tiny_phi3_dir, folder, prompts[0], 10) != hf_greedy(tiny_phi3_dir, prompts[0], 10)
+
