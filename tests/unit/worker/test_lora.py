@@ -11,6 +11,7 @@ from fixtures.adapters import make_adapter, peft_greedy
 from fixtures.step_driver import Request, drive
 from llm_byoc.adapters.peft_folder import BaseShapes, check_adapter
 from llm_byoc.config import EngineConfig
+from llm_byoc.errors import InvalidRequest
 from llm_byoc.protocol import SamplingParams
 from llm_byoc.worker.lora import LoRABatch, LoRASlots, add_lora, build_lora_batch, load_adapter
 from llm_byoc.worker.runner import ModelRunner
@@ -153,4 +154,12 @@ def test_phi3_adapters_on_its_fused_projections_match_peft(tiny_phi3_dir, tmp_pa
                     else hf_greedy(tiny_phi3_dir, request.prompt, 10))
         assert result.outputs[request.seq_id] == expected, request.seq_id
     assert peft_greedy(tiny_phi3_dir, folder, prompts[0], 10) != hf_greedy(tiny_phi3_dir, prompts[0], 10)
+
+
+def test_a_base_model_with_routed_experts_refuses_adapters_clearly(tiny_mixtral_dir, tmp_path):
+    runner = ModelRunner.from_config(EngineConfig(model=str(tiny_mixtral_dir), max_num_seqs=2))
+    assert runner.info.lora_modules == {}
+    folder = make_adapter(tiny_mixtral_dir, tmp_path / "attn", rank=4, targets=("q_proj", "v_proj"))
+    with pytest.raises(InvalidRequest, match="LoRA adapters are not supported for mixtral models"):
+        check_adapter("attn", str(folder), "attn#1", (str(tmp_path),), 64, base_shapes(runner))
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, OPTConfig, Phi3Config, Qwen2Config, Qwen3Config
+from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, MixtralConfig, OPTConfig, Phi3Config, Qwen2Config, Qwen3Config
 
 from fixtures.step_driver import Request, drive
 from llm_byoc.config import EngineConfig
@@ -51,6 +51,7 @@ LAYOUTS = {
                                                       tie_word_embeddings=True),
     "phi3": lambda: Phi3Config(**COMMON, tie_word_embeddings=False),  # fused qkv_proj, gate_up_proj
     "phi3-tied": lambda: Phi3Config(**COMMON, tie_word_embeddings=True),
+    "mixtral": lambda: MixtralConfig(**COMMON, num_local_experts=4, num_experts_per_tok=2, tie_word_embeddings=False),
     "mistral": lambda: MistralConfig(**COMMON, sliding_window=None, tie_word_embeddings=False),
     "opt": lambda: OPTConfig(**OPT_COMMON, tie_word_embeddings=False),
     "opt-tied-gelu": lambda: OPTConfig(**OPT_COMMON, activation_function="gelu"),

@@ -50,7 +50,8 @@ def _shared_prefix_requests() -> list[Request]:
     return [Request(name, p, SamplingParams(max_new_tokens=12), arrivals[name]) for name, p in prompts.items()]
 
 
-@pytest.fixture(scope="module", params=["tiny_opt_dir", "tiny_llama_dir", "tiny_qwen3_dir", "tiny_phi3_dir"])
+@pytest.fixture(scope="module", params=["tiny_opt_dir", "tiny_llama_dir", "tiny_qwen3_dir", "tiny_phi3_dir",
+                                                "tiny_mixtral_dir"])
 def model_dir(request):
     return request.getfixturevalue(request.param)
 

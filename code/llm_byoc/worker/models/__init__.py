@@ -29,11 +29,12 @@ DECODERS = {
     "qwen2": LlamaDecoder,
     "qwen3": LlamaDecoder,
     "phi3": LlamaDecoder,
+    "mixtral": LlamaDecoder,
     "opt": OPTDecoder,
 }
 
 _PER_BATCH_ROPE = ("dynamic", "longrope")
-_WINDOW_BY_DEFAULT = ("mistral", "phi3")  # their attention uses sliding_window whenever it is set
+_WINDOW_BY_DEFAULT = ("mistral", "phi3", "mixtral")  # their attention uses sliding_window whenever it is set
 
 
 def check_model_type(model_type) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from ...errors import ModelLoadError
 
-LLAMA_FAMILY = ("llama", "mistral", "qwen2", "qwen3", "phi3")
+LLAMA_FAMILY = ("llama", "mistral", "qwen2", "qwen3", "phi3", "mixtral")
 _SCALED_ROPE = ("llama3", "yarn", "longrope")  # those that read original_max_position_embeddings
 # Per family: what transformers' config class assumes when config.json is silent.
 _LLAMA_DEFAULTS = {
@@ -32,6 +32,9 @@ _LLAMA_DEFAULTS = {
     # phi3 (Phi-3, Phi-4): q/k/v and gate/up fused in the checkpoint; a window whenever one is set
     "phi3": dict(num_key_value_heads=None, max_position_embeddings=4096, sliding_window=None,
                  use_sliding_window=True, head_dim=None, rms_norm_eps=1e-5),
+    # mixtral: routed experts in place of the MLP; a window whenever one is set
+    "mixtral": dict(num_key_value_heads=8, max_position_embeddings=4096 * 32, sliding_window=None,
+                    use_sliding_window=True, head_dim=None, rms_norm_eps=1e-5),
 }
 FUSED_CHECKPOINT = ("phi3",)  # qkv_proj and gate_up_proj are single tensors in these checkpoints
 _ATTENTION_BIAS = ("llama", "qwen3")  # attention_bias puts biases on q, k, v and o
@@ -45,7 +48,7 @@ class NeedsTransformers(Exception):
 
 @dataclass(frozen=True)
 class LlamaDecoderConfig:
-    model_type: str  # llama, mistral, qwen2, qwen3 or phi3
+    model_type: str  # one of LLAMA_FAMILY
     vocab_size: int
     hidden_size: int
     intermediate_size: int
@@ -64,6 +67,8 @@ class LlamaDecoderConfig:
     sliding_window: int | None = None
     use_sliding_window: bool = False
     qk_norm: bool = False  # an RMSNorm over each head of q and of k before RoPE (qwen3)
+    num_experts: int = 0  # mixtral: routed experts in place of the MLP (0: a dense MLP)
+    experts_per_token: int = 0
 
     def __post_init__(self) -> None:
         _require_positive(self, "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
@@ -95,6 +100,8 @@ class LlamaDecoderConfig:
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
             sliding_window=window if use_window or model_type not in ("qwen2", "qwen3") else None,
             use_sliding_window=use_window, qk_norm=model_type == "qwen3",
+            num_experts=int(raw.get("num_local_experts", 8)) if model_type == "mixtral" else 0,
+            experts_per_token=int(raw.get("num_experts_per_tok", 2)) if model_type == "mixtral" else 0,
         )
 
 

@@ -3,7 +3,8 @@
 Covers ``llama`` and the layouts that differ from it only by optional biases
 (``qwen2``: q/k/v bias; ``mistral`` while its sliding window is longer than the
 context) or by an RMSNorm over each head of q and k before RoPE (``qwen3``), and
-``phi3``, whose checkpoints hold q/k/v and gate/up already fused. Per layer, q/k/v are one fused matmul and gate/up another, so every
+``phi3``, whose checkpoints hold q/k/v and gate/up already fused, and ``mixtral``,
+whose MLP is routed experts (``moe.py``). Per layer, q/k/v are one fused matmul and gate/up another, so every
 projection is one big matmul over all T rows of the step. Built straight from the
 safetensors files (``from_checkpoint``, each fused projection read into place) or,
 for what that path does not take, from a loaded transformers model (``from_hf``).
@@ -24,6 +25,7 @@ from ..linear import Linear, MakeLinear, linear_factory
 from ..lora import LoRAStep
 from .activations import activation
 from .config import FUSED_CHECKPOINT, LlamaDecoderConfig
+from .moe import RoutedExperts
 from .rope import Rotary
 from .weights import CheckpointWeights
 
@@ -64,9 +66,10 @@ class LlamaLayer:
     qkv: Linear  # hidden -> (H + 2*KVH) * D
     o: Linear  # H * D -> hidden
     ln_mlp: torch.Tensor  # [hidden]
-    gate_up: Linear  # hidden -> 2 * I
-    down: Linear  # I -> hidden
+    gate_up: Linear | None  # hidden -> 2 * I (None: routed experts instead)
+    down: Linear | None  # I -> hidden
     qk_norm: torch.Tensor | None = None  # [H + KVH, D]: qwen3's per-head norm weights of q, then of k
+    experts: RoutedExperts | None = None  # mixtral
 
     @classmethod
     def from_hf(cls, layer, make_linear: MakeLinear) -> "LlamaLayer":
@@ -76,6 +79,16 @@ class LlamaLayer:
                        o=make_linear(attn.o_proj.weight, attn.o_proj.bias), ln_mlp=layer.post_attention_layernorm.weight,
                        gate_up=make_linear(mlp.gate_up_proj.weight, mlp.gate_up_proj.bias),
                        down=make_linear(mlp.down_proj.weight, mlp.down_proj.bias))
+        if hasattr(mlp, "experts"):  # mixtral: routed experts
+            experts = RoutedExperts(
+                router=mlp.gate.weight, top_k=mlp.top_k,
+                gate_up=[make_linear(w, None) for w in mlp.experts.gate_up_proj],
+                down=[make_linear(w, None) for w in mlp.experts.down_proj])
+            return cls(ln_attn=layer.input_layernorm.weight,
+                       qkv=make_linear(torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]),
+                                       _cat_bias(attn.q_proj, attn.k_proj, attn.v_proj)),
+                       o=make_linear(attn.o_proj.weight, attn.o_proj.bias), ln_mlp=layer.post_attention_layernorm.weight,
+                       gate_up=None, down=None, experts=experts)
         qk_norm = None
         if getattr(attn, "q_norm", None) is not None:
             heads = attn.config.num_attention_heads, attn.config.num_key_value_heads
@@ -112,13 +125,22 @@ class LlamaLayer:
             return make_linear(weight, weights.fused([(name + ".bias", (rows,)) for name, rows in parts])
                                if bias else None)
 
+        experts = None
+        if config.num_experts:  # mixtral's checkpoint: block_sparse_moe.gate, experts.N.w1 (gate), w3 (up), w2 (down)
+            moe = prefix + "block_sparse_moe."
+            experts = RoutedExperts(
+                router=weights.tensor(moe + "gate.weight", (config.num_experts, hidden)), top_k=config.experts_per_token,
+                gate_up=[projection([(f"{moe}experts.{e}.w1", inter), (f"{moe}experts.{e}.w3", inter)], hidden, False)
+                         for e in range(config.num_experts)],
+                down=[projection([(f"{moe}experts.{e}.w2", hidden)], inter, False) for e in range(config.num_experts)])
         return cls(
             ln_attn=weights.tensor(prefix + "input_layernorm.weight", (hidden,)),
             qkv=projection(qkv, hidden, config.qkv_bias),
             o=projection([(attn + "o_proj", hidden)], q, config.o_bias),
             ln_mlp=weights.tensor(prefix + "post_attention_layernorm.weight", (hidden,)),
-            gate_up=projection(gate_up, hidden, config.mlp_bias),
-            down=projection([(mlp + "down_proj", hidden)], inter, config.mlp_bias),
+            gate_up=None if experts else projection(gate_up, hidden, config.mlp_bias),
+            down=None if experts else projection([(mlp + "down_proj", hidden)], inter, config.mlp_bias),
+            experts=experts,
             qk_norm=head_norms(weights.tensor(attn + "q_norm.weight", (config.head_dim,)),
                                weights.tensor(attn + "k_norm.weight", (config.head_dim,)),
                                config.num_attention_heads, config.num_key_value_heads) if config.qk_norm else None,
@@ -181,7 +203,9 @@ class LlamaDecoder:
         return len(self.layers)
 
     def lora_modules(self) -> dict[str, tuple[int, int]]:
-        """(in, out) features of each projection a LoRA adapter may target."""
+        """(in, out) features of each projection a LoRA adapter may target (none with routed experts)."""
+        if self.layers[0].experts is not None:
+            return {}
         hidden, inter = self.embed.shape[1], self.layers[0].down.in_features
         q, kv = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         return {"q_proj": (hidden, q), "k_proj": (hidden, kv), "v_proj": (hidden, kv), "o_proj": (q, hidden),
@@ -219,6 +243,8 @@ class LlamaDecoder:
             lora.add(out, attn, index, "o")
         h = h + out
         x = rms_norm(h, layer.ln_mlp, self.eps)
+        if layer.experts is not None:
+            return h + layer.experts(x, self.act)
         gate_up = layer.gate_up(x)  # [T, 2 I]
         if lora is not None:
             lora.add(gate_up, x, index, "gate_up")
