@@ -17,7 +17,7 @@ import torch
 from ...errors import ModelLoadError
 from ..linear import MakeLinear
 from .activations import ACTIVATIONS
-from .config import DecoderConfig, LlamaDecoderConfig, NeedsTransformers, decoder_config
+from .config import DecoderConfig, LlamaDecoderConfig, NeedsTransformers, decoder_config, uses_window_by_default
 from .llama import LlamaDecoder
 from .opt import OPTDecoder
 from .rope import rope_unsupported
@@ -34,7 +34,6 @@ DECODERS = {
 }
 
 _PER_BATCH_ROPE = ("dynamic", "longrope")
-_WINDOW_BY_DEFAULT = ("mistral", "phi3", "mixtral")  # their attention uses sliding_window whenever it is set
 
 
 def check_model_type(model_type) -> None:
@@ -61,7 +60,7 @@ def check_supported(config, max_model_len: int) -> None:
             "is not supported"
         )
     window = getattr(config, "sliding_window", None)
-    uses_window = getattr(config, "use_sliding_window", model_type in _WINDOW_BY_DEFAULT)
+    uses_window = getattr(config, "use_sliding_window", uses_window_by_default(model_type))
     if uses_window and window is not None and window < max_model_len:
         raise ModelLoadError(
             f"{model_type} sliding-window attention ({window}) is not supported; "

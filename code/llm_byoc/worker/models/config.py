@@ -42,6 +42,11 @@ _LLAMA_REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden
 _OPT_REQUIRED = ("vocab_size", "hidden_size", "ffn_dim", "num_hidden_layers", "num_attention_heads")
 
 
+def uses_window_by_default(model_type: str) -> bool:
+    """Whether this family's attention uses ``sliding_window`` when config.json leaves ``use_sliding_window`` out."""
+    return model_type in _LLAMA_DEFAULTS and _LLAMA_DEFAULTS[model_type]["use_sliding_window"]
+
+
 class NeedsTransformers(Exception):
     """This model is one of ours, but only transformers' own loading handles it; the text says why."""
 

@@ -73,40 +73,33 @@ class LlamaLayer:
 
     @classmethod
     def from_hf(cls, layer, make_linear: MakeLinear) -> "LlamaLayer":
+        """On a loaded transformers layer: q/k/v and gate/up fused here unless the model has them fused
+        (phi3); the per-head q/k norms (qwen3); routed experts in place of the MLP (mixtral)."""
         attn, mlp = layer.self_attn, layer.mlp
-        if hasattr(attn, "qkv_proj"):  # phi3: already fused
-            return cls(ln_attn=layer.input_layernorm.weight, qkv=make_linear(attn.qkv_proj.weight, attn.qkv_proj.bias),
-                       o=make_linear(attn.o_proj.weight, attn.o_proj.bias), ln_mlp=layer.post_attention_layernorm.weight,
-                       gate_up=make_linear(mlp.gate_up_proj.weight, mlp.gate_up_proj.bias),
-                       down=make_linear(mlp.down_proj.weight, mlp.down_proj.bias))
-        if hasattr(mlp, "experts"):  # mixtral: routed experts
-            experts = RoutedExperts(
-                router=mlp.gate.weight, top_k=mlp.top_k,
-                gate_up=[make_linear(w, None) for w in mlp.experts.gate_up_proj],
-                down=[make_linear(w, None) for w in mlp.experts.down_proj])
-            return cls(ln_attn=layer.input_layernorm.weight,
-                       qkv=make_linear(torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]),
-                                       _cat_bias(attn.q_proj, attn.k_proj, attn.v_proj)),
-                       o=make_linear(attn.o_proj.weight, attn.o_proj.bias), ln_mlp=layer.post_attention_layernorm.weight,
-                       gate_up=None, down=None, experts=experts)
+        if hasattr(attn, "qkv_proj"):
+            qkv = make_linear(attn.qkv_proj.weight, attn.qkv_proj.bias)
+        else:
+            qkv = make_linear(torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]),
+                              _cat_bias(attn.q_proj, attn.k_proj, attn.v_proj))
         qk_norm = None
         if getattr(attn, "q_norm", None) is not None:
             heads = attn.config.num_attention_heads, attn.config.num_key_value_heads
             qk_norm = head_norms(attn.q_norm.weight, attn.k_norm.weight, *heads)
-        return cls(
-            ln_attn=layer.input_layernorm.weight,
-            qkv=make_linear(
-                torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]),
-                _cat_bias(attn.q_proj, attn.k_proj, attn.v_proj),
-            ),
-            o=make_linear(attn.o_proj.weight, attn.o_proj.bias),
-            ln_mlp=layer.post_attention_layernorm.weight,
-            gate_up=make_linear(
-                torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), _cat_bias(mlp.gate_proj, mlp.up_proj)
-            ),
-            down=make_linear(mlp.down_proj.weight, mlp.down_proj.bias),
-            qk_norm=qk_norm,
-        )
+        gate_up = down = experts = None
+        if hasattr(mlp, "experts"):
+            experts = RoutedExperts(router=mlp.gate.weight, top_k=mlp.top_k,
+                                    gate_up=[make_linear(w, None) for w in mlp.experts.gate_up_proj],
+                                    down=[make_linear(w, None) for w in mlp.experts.down_proj])
+        else:
+            if hasattr(mlp, "gate_up_proj"):
+                gate_up = make_linear(mlp.gate_up_proj.weight, mlp.gate_up_proj.bias)
+            else:
+                gate_up = make_linear(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
+                                      _cat_bias(mlp.gate_proj, mlp.up_proj))
+            down = make_linear(mlp.down_proj.weight, mlp.down_proj.bias)
+        return cls(ln_attn=layer.input_layernorm.weight, qkv=qkv, o=make_linear(attn.o_proj.weight, attn.o_proj.bias),
+                   ln_mlp=layer.post_attention_layernorm.weight, gate_up=gate_up, down=down, qk_norm=qk_norm,
+                   experts=experts)
 
     @classmethod
     def from_checkpoint(cls, weights: CheckpointWeights, prefix: str, config: LlamaDecoderConfig,
