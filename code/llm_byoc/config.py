@@ -47,6 +47,14 @@ ENV_ADAPTERS_OPTIONAL = "LLM_BYOC_ADAPTERS_OPTIONAL"
 ENV_ADAPTER_ROOTS = "LLM_BYOC_ADAPTER_ROOTS"
 ENV_SESSION_KV_SHARE = "LLM_BYOC_SESSION_KV_SHARE"
 ENV_SESSION_TTL = "LLM_BYOC_SESSION_TTL"
+# Which engine runs the model (engine/engine_choice.py), and vLLM's own settings
+ENV_ENGINE = "LLM_BYOC_ENGINE"
+ENV_TENSOR_PARALLEL_SIZE = "LLM_BYOC_TENSOR_PARALLEL_SIZE"
+ENV_SM_NUM_GPUS = "SM_NUM_GPUS"  # what TGI's image reads for its shard count
+ENV_PIPELINE_PARALLEL_SIZE = "LLM_BYOC_PIPELINE_PARALLEL_SIZE"
+ENV_QUANTIZATION = "LLM_BYOC_QUANTIZATION"
+ENV_SPECULATIVE_CONFIG = "LLM_BYOC_SPECULATIVE_CONFIG"
+ENV_VLLM_ENGINE_ARGS = "LLM_BYOC_VLLM_ENGINE_ARGS"
 # Server
 ENV_MAX_CONNECTIONS = "LLM_BYOC_MAX_CONNECTIONS"
 ENV_ENGINE_SOCKET = "LLM_BYOC_ENGINE_SOCKET"
@@ -77,6 +85,7 @@ _DTYPES = ("auto", "float32", "float16", "bfloat16")
 LINEAR_BACKENDS = ("auto", "onednn", "aten")  # see worker/linear.py
 _DEVICES = ("auto", "cpu", "cuda")
 MULTI_MODEL_BACKENDS = ("native", "triton")
+ENGINES = ("auto", "native", "vllm")  # auto: vllm where a CUDA device is present and vLLM is installed
 WORKER_START_METHODS = ("auto", "forkserver", "spawn")  # see process/launcher.py
 
 
@@ -127,6 +136,21 @@ def _kv_commit(value: str | None, default: str) -> str:
     return {"true": "load", "1": "load", "yes": "load", "false": "lazy", "0": "lazy", "no": "lazy"}.get(value, value)
 
 
+def _json_object(name: str, text: str) -> dict | None:
+    """A setting that holds a JSON object ("" is None); ConfigError naming it otherwise."""
+    if not text:
+        return None
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"{name} is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{name} must be a JSON object, not {type(value).__name__}")
+    return value
+
+
 def _require(condition: bool, message: str) -> None:
     if not condition:
         raise ConfigError(message)
@@ -163,6 +187,12 @@ class EngineConfig:
     adapter_roots: tuple[str, ...] = DEFAULT_ADAPTER_ROOTS  # a registered adapter's src must lie under one
     session_kv_share: float = 0.5  # of the KV cache, at most, kept for open sessions' prefixes
     session_ttl_s: int = 1200  # a session idle this long is closed (SageMaker's default)
+    engine: str = "auto"  # native | vllm | auto (engine/engine_choice.py)
+    tensor_parallel_size: int = 0  # vllm: GPUs one model is split over; 0: every GPU the container sees
+    pipeline_parallel_size: int = 1  # vllm
+    quantization: str = ""  # vllm: "" reads the checkpoint's quantization_config; else vLLM's method name
+    speculative_config: str = ""  # vllm: JSON passed through as its speculative_config
+    vllm_engine_args: str = ""  # vllm: JSON object of further vLLM EngineArgs (ours win where both set one)
 
     def __post_init__(self) -> None:
         _require(bool(self.model), f"{ENV_MODEL} must name a model source")
@@ -199,6 +229,20 @@ class EngineConfig:
                  f"not {self.kv_cache_commit!r}")
         if self.kv_cache_memory != "auto":
             parse_memory_size(self.kv_cache_memory, 1, ENV_KV_CACHE_MEMORY)  # the form is checked here
+        _require(self.engine in ENGINES, f"{ENV_ENGINE} must be one of {', '.join(ENGINES)}, not {self.engine!r}")
+        _require(self.tensor_parallel_size >= 0, f"{ENV_TENSOR_PARALLEL_SIZE} must be >= 1, or 0 for every GPU")
+        _require(self.pipeline_parallel_size >= 1, f"{ENV_PIPELINE_PARALLEL_SIZE} must be >= 1")
+        for name, text in ((ENV_SPECULATIVE_CONFIG, self.speculative_config),
+                           (ENV_VLLM_ENGINE_ARGS, self.vllm_engine_args)):
+            _json_object(name, text)
+
+    @property
+    def speculative(self) -> dict | None:
+        return _json_object(ENV_SPECULATIVE_CONFIG, self.speculative_config)
+
+    @property
+    def vllm_args(self) -> dict:
+        return _json_object(ENV_VLLM_ENGINE_ARGS, self.vllm_engine_args) or {}
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, commit_default: str = "ahead") -> "EngineConfig":
@@ -233,6 +277,12 @@ class EngineConfig:
             adapter_roots=tuple(p for p in (env.get(ENV_ADAPTER_ROOTS) or ":".join(DEFAULT_ADAPTER_ROOTS)).split(":") if p),
             session_kv_share=_float(env, ENV_SESSION_KV_SHARE, 0.5),
             session_ttl_s=_int(env, ENV_SESSION_TTL, 1200),
+            engine=(env.get(ENV_ENGINE) or "auto").strip().lower(),
+            tensor_parallel_size=_int(env, ENV_TENSOR_PARALLEL_SIZE, _int(env, ENV_SM_NUM_GPUS, 0)),
+            pipeline_parallel_size=_int(env, ENV_PIPELINE_PARALLEL_SIZE, 1),
+            quantization=(env.get(ENV_QUANTIZATION) or "").strip(),
+            speculative_config=(env.get(ENV_SPECULATIVE_CONFIG) or "").strip(),
+            vllm_engine_args=(env.get(ENV_VLLM_ENGINE_ARGS) or "").strip(),
         )
 
 

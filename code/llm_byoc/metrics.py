@@ -88,6 +88,8 @@ class ServingMetrics:
                                ["running_lora_adapters", "waiting_lora_adapters", "max_lora"], registry=r, multiprocess_mode="mostrecent")
         self.lora_info_vllm = Gauge("vllm:lora_requests_info", "vLLM's name for llm_byoc_lora_requests_info (for gateways)",
                                     ["running_lora_adapters", "waiting_lora_adapters", "max_lora"], registry=r, multiprocess_mode="mostrecent")
+        self.engine_info = Gauge(f"{PREFIX}_engine_info", "The engine that runs the model (1) and why it was chosen",
+                                 ["engine", "reason"], registry=r, multiprocess_mode="mostrecent")
         self.model_load = Histogram(f"{PREFIX}_model_load_seconds", "Model load time", ["model"], buckets=LOAD_BUCKETS, registry=r)
         self.cache_hits = Counter(f"{PREFIX}_model_cache_hits", "Multi-model: requests for a model already loaded", registry=r)
         self.cache_misses = Counter(f"{PREFIX}_model_cache_misses", "Multi-model: requests that had to load their model", registry=r)
@@ -282,6 +284,7 @@ def engine_refresher(engine, metrics: ServingMetrics | None = None) -> Callable[
         if info is None:
             return
         name = os.path.basename(info.model_path.rstrip("/")) or info.model_path
+        m.engine_info.labels(engine=info.engine, reason=info.engine_reason).set(1)
         m.gateway.update(name, health.num_waiting, health.num_running, kv)
         if not load_seen.is_set():
             load_seen.set()

@@ -163,6 +163,8 @@ class ModelInfo:
     linear_backend: str = ""  # the projection kernels the worker chose (worker/linear.py)
     num_layers: int = 0
     lora_modules: dict[str, list[int]] = field(default_factory=dict)  # module -> [in, out]; {}: no LoRA
+    engine: str = "native"  # the engine that runs the model: native | vllm (engine/engine_choice.py)
+    engine_reason: str = ""  # why that one (LLM_BYOC_ENGINE, or what auto saw)
 
     @property
     def kv_cache_bytes(self) -> int:

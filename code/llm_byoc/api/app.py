@@ -71,8 +71,9 @@ def create_app(
     def ping():
         report = health.report()
         if report.state is EngineState.READY:
-            kv, lora = report.kv_cache, report.lora
-            return jsonify(status="ready", num_waiting=report.num_waiting, num_running=report.num_running,
+            kv, lora, info = report.kv_cache, report.lora, report.info
+            engine = None if info is None else {"name": info.engine, "reason": info.engine_reason}
+            return jsonify(status="ready", engine=engine, num_waiting=report.num_waiting, num_running=report.num_running,
                            kv_cache=None if kv is None else kv_cache_json(kv),
                            lora=None if lora is None else dataclasses.asdict(lora))
         error_type = EngineDead.error_type if report.state is EngineState.DEAD else EngineNotReady.error_type

@@ -13,6 +13,7 @@ sequence with EngineDead and the core stays DEAD.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable
@@ -41,9 +42,11 @@ OutputCallback = Callable[[EngineOutputs], None]
 
 
 class EngineCore:
-    def __init__(self, config: EngineConfig, on_outputs: OutputCallback, worker_target=None):
-        """``worker_target`` replaces the real model worker entry (tests use a fake)."""
+    def __init__(self, config: EngineConfig, on_outputs: OutputCallback, worker_target=None, engine_reason: str = ""):
+        """``worker_target`` replaces the real model worker entry (tests use a fake); ``engine_reason``:
+        why this engine was chosen (engine_choice.py), reported in the model's info."""
         self.config = config
+        self._engine_reason = engine_reason
         self._executor = ModelExecutor(config, worker_target, on_dead=self._on_worker_dead)
         self._on_outputs = on_outputs
         self._cond = threading.Condition()
@@ -106,10 +109,13 @@ class EngineCore:
             state = self.state
             detail = self._dead_detail or self._executor.detail
             sched = self._scheduler
+            info = self._executor.info
+            if info is not None and self._engine_reason:
+                info = dataclasses.replace(info, engine_reason=self._engine_reason)
             return HealthReport(
                 state=state,
                 detail=detail if state is not EngineState.READY else "ready",
-                info=self._executor.info,
+                info=info,
                 num_waiting=sched.num_waiting if sched else 0,
                 num_running=sched.num_running if sched else 0,
                 kv_cache=sched.kv_stats() if sched else None,

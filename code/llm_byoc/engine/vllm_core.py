@@ -1,0 +1,430 @@
+"""The engine core on vLLM (``LLM_BYOC_ENGINE=vllm``): EngineCore's methods over vLLM's ``LLMEngine``.
+
+The engine server, its socket and the whole front end are the same as with our
+engine; only this object differs. One thread (the step loop) owns vLLM's
+engine: it loads it, hands it the sequences and aborts the other threads
+queued, and calls ``step()``, which returns each running request's new tokens.
+Outputs go to ``on_outputs`` with the lock held, in order, as EngineCore does.
+
+What is checked here before vLLM sees a sequence, as our scheduler does: its
+sampling fields, the prompt against the context window and the vocabulary, a
+full queue (429), its adapter (404) and its session. vLLM refusing a request
+anyway (a grammar it cannot compile, say) is that sequence's SequenceRejected.
+vLLM failing as a whole (its engine process died) is EngineDead for every
+sequence, and the state stays DEAD, so the engine server exits and ``serve`` with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..adapters.messages import AdapterCommand, AdapterReply, AdapterStatus, LoRAStats
+from ..adapters.peft_folder import BaseShapes, check_adapter, check_name
+from ..config import EngineConfig
+from ..errors import (
+    AdapterExists,
+    AdapterNotFound,
+    EngineDead,
+    EngineNotReady,
+    InvalidRequest,
+    QueueFull,
+    ServingError,
+    SessionNotFound,
+)
+from ..protocol import (
+    AddSequence,
+    EngineOutputs,
+    EngineState,
+    FinishReason,
+    HealthReport,
+    ModelInfo,
+    SequenceRejected,
+    SequenceUpdate,
+    SessionCommand,
+    SessionReply,
+)
+from . import vllm_mapping
+
+log = logging.getLogger(__name__)
+
+OutputCallback = Callable[[EngineOutputs], None]
+
+
+@dataclass
+class _Live:
+    num_prompt_tokens: int
+    logprobs: bool
+    top_logprobs: int
+    adapter: str
+    lora: object = None  # vllm.lora.request.LoRARequest
+
+
+@dataclass
+class _Adapter:
+    spec: object  # AdapterSpec
+    lora_id: int
+    requests: int = 0
+
+
+class VllmCore:
+    def __init__(self, config: EngineConfig, on_outputs: OutputCallback, engine_reason: str = ""):
+        self.config = config
+        self._on_outputs = on_outputs
+        self._engine_reason = engine_reason
+        self._cond = threading.Condition()
+        self._engine = None  # vllm LLMEngine, once loaded (the step loop's alone)
+        self._info: ModelInfo | None = None
+        self._dead_detail: str | None = None
+        self._adds: list[tuple[AddSequence, object, object]] = []  # (request, vllm params, LoRARequest)
+        self._aborts: list[str] = []
+        self._live: dict[str, _Live] = {}
+        self._busy = False  # vLLM has unfinished requests
+        self._adapters: dict[str, _Adapter] = {}
+        self._base: BaseShapes | None = None
+        self._registrations = 0
+        self._sessions: dict[str, float] = {}  # session id -> last used (monotonic)
+        self._thread = threading.Thread(target=self._run, name="vllm-step-loop", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    # --- requests ----------------------------------------------------------------
+
+    def add(self, request: AddSequence) -> None:
+        with self._cond:
+            self._raise_unless_ready()
+            info = self._info
+            params = request.params.validate(self.config.max_new_tokens_limit)
+            ids = request.prompt_token_ids
+            if not ids:
+                raise InvalidRequest("the prompt is empty")
+            if len(ids) + 1 > info.max_model_len:
+                raise InvalidRequest(f"the prompt has {len(ids)} tokens; the context window is "
+                                     f"{info.max_model_len} tokens (prompt + at least 1 new token)")
+            for t in ids:
+                if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < info.vocab_size:
+                    raise InvalidRequest(f"token id {t!r} is not in the vocabulary (0..{info.vocab_size - 1})")
+            if request.seq_id in self._live:
+                raise InvalidRequest(f"sequence {request.seq_id!r} is already in the engine")
+            if len(self._live) >= info.max_num_seqs + self.config.max_waiting:
+                raise QueueFull(f"the engine queue is full ({len(self._live)} sequences in it); retry later")
+            lora = None
+            if request.adapter:
+                entry = self._adapter(request.adapter)
+                entry.requests += 1
+                lora = _lora_request(entry)
+            if request.session_id:
+                self._touch_session(request.session_id)
+            max_tokens = min(params.max_new_tokens, info.max_model_len - len(ids))
+            try:
+                vllm_params = vllm_mapping.sampling_params(params, max_tokens)
+            except (ValueError, TypeError) as exc:
+                raise InvalidRequest(f"vLLM refused the sampling parameters: {exc}") from None
+            self._live[request.seq_id] = _Live(len(ids), params.logprobs, params.top_logprobs, request.adapter, lora)
+            self._adds.append((request, vllm_params, lora))
+            self._cond.notify()
+
+    def abort(self, seq_id: str) -> None:
+        with self._cond:
+            live = self._live.pop(seq_id, None)
+            if live is None:
+                return
+            self._aborts.append(seq_id)
+            self._on_outputs(EngineOutputs(updates=[SequenceUpdate(seq_id, [], None, FinishReason.ABORT,
+                                                                   live.num_prompt_tokens)]))
+            self._cond.notify()
+
+    def control(self, command: AdapterCommand | SessionCommand, reply: Callable) -> None:
+        failed = AdapterReply if isinstance(command, AdapterCommand) else SessionReply
+        with self._cond:
+            try:
+                self._raise_unless_ready()
+                if isinstance(command, AdapterCommand):
+                    reply(self._adapter_command(command))
+                else:
+                    reply(self._session_command(command))
+            except ServingError as exc:
+                reply(failed(command.call_id, error_type=exc.error_type, message=exc.message))
+
+    # --- adapters: checked as our engine checks them, served as vLLM LoRA requests ------------
+
+    def _adapter_command(self, command: AdapterCommand) -> AdapterReply:
+        if command.action == "list":
+            return AdapterReply(command.call_id, [self._status(a) for _, a in sorted(self._adapters.items())])
+        if command.action == "register":
+            check_name(command.name)
+            if command.name in self._adapters:
+                raise AdapterExists(f"adapter {command.name!r} is already registered; "
+                                    f"DELETE /adapters/{command.name} first")
+            self._registrations += 1
+            spec = check_adapter(command.name, command.src, f"{command.name}#{self._registrations}",
+                                 self.config.adapter_roots, self.config.max_lora_rank, self._base)
+            entry = _Adapter(spec, self._registrations)
+            self._adapters[command.name] = entry
+            log.info("adapter %s registered for vLLM: rank %d from %s", spec.name, spec.rank, spec.path)
+            return AdapterReply(command.call_id, [self._status(entry)])
+        if command.action == "unregister":
+            entry = self._adapters.pop(self._adapter(command.name).spec.name)
+            spec = entry.spec
+            return AdapterReply(command.call_id, [AdapterStatus(spec.name, spec.rank, list(spec.target_modules),
+                                                                spec.path, "unregistered")])
+        raise InvalidRequest(f"unknown adapter action {command.action!r}")
+
+    def _adapter(self, name: str) -> _Adapter:
+        if name not in self._adapters:
+            known = ", ".join(sorted(self._adapters)[:20]) or "none"
+            raise AdapterNotFound(f"adapter {name!r} is not registered (registered: {known})")
+        return self._adapters[name]
+
+    def _status(self, entry: _Adapter) -> AdapterStatus:
+        spec = entry.spec
+        active = any(live.adapter == spec.name for live in self._live.values())
+        return AdapterStatus(spec.name, spec.rank, list(spec.target_modules), spec.path,
+                             "active" if active else "registered", entry.requests)
+
+    def _register_folder(self) -> None:
+        """The adapters under LLM_BYOC_ADAPTERS_DIR, at start-up (a bad one fails the start, as with ours)."""
+        root = Path(self.config.adapters_dir)
+        if not root.is_dir():
+            return
+        for child in sorted(p for p in root.iterdir() if p.is_dir()):
+            command = AdapterCommand(0, "register", child.name, str(child))
+            try:
+                self._adapter_command(command)
+            except ServingError as exc:
+                if not self.config.adapters_optional:
+                    raise
+                log.error("adapter folder %s not registered: %s", child, exc.message)
+
+    # --- sessions: vLLM's prefix cache keeps what it can; nothing is pinned ---------------------
+
+    def _session_command(self, command: SessionCommand) -> SessionReply:
+        self._expire_sessions()
+        if command.action == "open":
+            session_id = uuid.uuid4().hex
+            self._sessions[session_id] = time.monotonic()
+            return SessionReply(command.call_id, session_id, float(self.config.session_ttl_s))
+        if command.action == "close":
+            if self._sessions.pop(command.session_id, None) is None:
+                raise SessionNotFound(f"session {command.session_id!r} is not open (closed or expired)")
+            return SessionReply(command.call_id, command.session_id)
+        raise InvalidRequest(f"unknown session action {command.action!r}")
+
+    def _touch_session(self, session_id: str) -> None:
+        self._expire_sessions()
+        if session_id not in self._sessions:
+            raise SessionNotFound(f"session {session_id!r} is not open (closed or expired)")
+        self._sessions[session_id] = time.monotonic()
+
+    def _expire_sessions(self) -> None:
+        cutoff = time.monotonic() - self.config.session_ttl_s
+        for session_id in [s for s, used in self._sessions.items() if used < cutoff]:
+            del self._sessions[session_id]
+
+    # --- state ----------------------------------------------------------------------
+
+    def health(self) -> HealthReport:
+        with self._cond:
+            state = self.state
+            running = min(len(self._live), self._info.max_num_seqs) if self._info else 0
+            lora = None
+            if self._info is not None:
+                active = sorted({live.adapter for live in self._live.values() if live.adapter})
+                lora = LoRAStats(self.config.max_loras, self.config.max_cpu_loras, len(self._adapters), 0,
+                                 active, active, [])
+            detail = {EngineState.READY: "ready", EngineState.DEAD: self._dead_detail,
+                      EngineState.LOADING: "loading the model into vLLM"}[state]
+            return HealthReport(state=state, detail=detail or "", info=self._info,
+                                num_waiting=len(self._live) - running, num_running=running, lora=lora)
+
+    @property
+    def state(self) -> EngineState:
+        if self._dead_detail is not None:
+            return EngineState.DEAD
+        return EngineState.READY if self._info is not None else EngineState.LOADING
+
+    def wait_ready(self, timeout_s: float | None = None) -> None:
+        with self._cond:
+            if not self._cond.wait_for(lambda: self.state is not EngineState.LOADING, timeout_s):
+                raise EngineNotReady(f"the model is still loading after {timeout_s} s")
+            self._raise_unless_ready()
+
+    def _raise_unless_ready(self) -> None:
+        state = self.state
+        if state is EngineState.DEAD:
+            raise EngineDead(self._dead_detail)
+        if state is EngineState.LOADING:
+            raise EngineNotReady("the model is still loading")
+
+    # --- the step loop --------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            engine, info, base = _load(self.config, self._engine_reason)
+        except Exception as exc:  # one clear line; the server then exits non-zero
+            detail = exc.message if isinstance(exc, ServingError) else f"{type(exc).__name__}: {exc}"
+            log.error("vLLM could not load the model: %s", detail)
+            self._die(f"vLLM could not load the model: {detail}")
+            return
+        with self._cond:
+            self._engine, self._base = engine, base
+            try:
+                self._register_folder()
+            except ServingError as exc:
+                self._die(exc.message)
+                return
+            self._info = info
+            self._cond.notify_all()
+        log.info("engine ready: %s on vLLM (%s, %s)", info.model_path, info.device, info.dtype)
+        try:
+            while self._loop_once(engine):
+                pass
+        except Exception as exc:  # vLLM's engine is gone (EngineDeadError) or broke: every sequence fails
+            log.exception("vLLM's engine failed")
+            self._die(f"vLLM's engine failed: {type(exc).__name__}: {exc}")
+
+    def _loop_once(self, engine) -> bool:
+        with self._cond:
+            self._cond.wait_for(lambda: self._dead_detail is not None or self._adds or self._aborts or self._busy)
+            if self._dead_detail is not None:
+                return False
+            adds, self._adds = self._adds, []
+            aborts, self._aborts = self._aborts, []
+        rejected = []
+        for request, params, lora in adds:
+            try:
+                engine.add_request(request.seq_id, {"prompt_token_ids": list(request.prompt_token_ids)}, params,
+                                   lora_request=lora)
+            except (ValueError, TypeError) as exc:  # vLLM refused this one request
+                rejected.append(SequenceRejected(request.seq_id, InvalidRequest.error_type, str(exc)))
+        if aborts:
+            engine.abort_request(aborts)
+        outputs = engine.step() if engine.has_unfinished_requests() else []
+        with self._cond:
+            self._busy = engine.has_unfinished_requests()
+            updates = []
+            for output in outputs:
+                live = self._live.get(output.request_id)
+                if live is None:
+                    continue  # aborted meanwhile: its ABORT update has gone out
+                update = vllm_mapping.sequence_update(output.request_id, output, live.num_prompt_tokens,
+                                                      live.logprobs, live.top_logprobs)
+                if update.finish_reason is not None:
+                    del self._live[output.request_id]
+                updates.append(update)
+            for r in rejected:
+                self._live.pop(r.seq_id, None)
+            if updates or rejected:
+                self._on_outputs(EngineOutputs(updates=updates, rejected=rejected))
+        return True
+
+    def _die(self, detail: str) -> None:
+        with self._cond:
+            if self._dead_detail is not None:
+                return
+            self._dead_detail = detail
+            ids, self._live = list(self._live), {}
+            self._adds, self._aborts = [], []
+            if ids:
+                self._on_outputs(EngineOutputs(rejected=[SequenceRejected(s, EngineDead.error_type,
+                                                                          f"the engine died: {detail}") for s in ids]))
+            self._cond.notify_all()
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        with self._cond:
+            live = bool(self._live)
+        if live:
+            log.info("shutting vLLM down with sequences still running")
+        self._die("the engine is shut down")
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            engine.engine_core.shutdown()
+
+
+def _lora_request(entry: _Adapter):
+    from vllm.lora.request import LoRARequest
+
+    return LoRARequest(entry.spec.name, entry.lora_id, entry.spec.path)
+
+
+def _load(config: EngineConfig, reason: str):
+    """vLLM's engine for the configured model, its ModelInfo, and what adapters may target."""
+    import torch
+
+    from ..memory import available_memory, cgroup_memory_limit
+    from ..models.loader import check_readable, local_folder, read_model_config, resolve_dtype
+    from ..worker.kv_sizing import cpu_kv_budget
+    from ..worker.loading import eos_token_ids, model_max_len, read_generation_eos
+
+    started = time.monotonic()
+    folder = local_folder(config.model)
+    check_readable(folder)
+    vllm_mapping.check_folder_for_vllm(folder)
+    raw = read_model_config(folder)
+    device = torch.device("cuda" if torch.cuda.is_available() and config.device != "cpu" else "cpu")
+    dtype = str(resolve_dtype(config.dtype, device)).removeprefix("torch.")
+    max_len = model_max_len(_AttrDict(raw), config.max_model_len)
+    kv_bytes = None
+    if device.type == "cpu":
+        kv_bytes, how = cpu_kv_budget(config.kv_cache_memory, cgroup_memory_limit(), available_memory())
+        log.info("vLLM KV cache on CPU: %.2f GiB (%s)", kv_bytes / 1024**3, how)
+    facts = vllm_mapping.DeviceFacts(device.type, vllm_mapping.visible_gpus(), kv_bytes)
+    args = vllm_mapping.engine_args(config, folder, dtype, max_len, facts)
+    vllm_mapping.omp_threads_default(config)
+    log.info("starting vLLM: %s", ", ".join(f"{k}={v}" for k, v in sorted(args.items())))
+
+    from vllm import EngineArgs
+    from vllm.v1.engine.llm_engine import LLMEngine
+
+    engine = LLMEngine.from_engine_args(EngineArgs(**args))
+    vllm_config = engine.vllm_config
+    model_config = vllm_config.model_config
+    eos = eos_token_ids(read_generation_eos(folder), raw.get("eos_token_id"))
+    info = ModelInfo(
+        model_type=raw.get("model_type", ""),
+        model_path=str(folder),
+        vocab_size=model_config.get_vocab_size(),
+        max_model_len=model_config.max_model_len,
+        eos_token_ids=eos,
+        device=device.type,
+        dtype=str(model_config.dtype).removeprefix("torch."),
+        max_num_seqs=vllm_config.scheduler_config.max_num_seqs,
+        load_time_s=round(time.monotonic() - started, 3),
+        kv_block_size=vllm_config.cache_config.block_size or 16,
+        num_layers=int(raw.get("num_hidden_layers") or 0),
+        linear_backend="vllm",
+        engine="vllm",
+        engine_reason=reason,
+    )
+    log.info("loaded %s on vLLM (%s, %s on %s, tensor parallel %d) in %.1f s", folder, info.model_type,
+             info.dtype, info.device, args["tensor_parallel_size"], info.load_time_s)
+    return engine, info, _base_shapes(raw)
+
+
+class _AttrDict(dict):
+    def __getattr__(self, name):
+        return self.get(name)
+
+
+def _base_shapes(raw: dict) -> BaseShapes:
+    """The projections a LoRA adapter may target, from config.json (the Llama-style layout vLLM serves)."""
+    hidden = int(raw.get("hidden_size") or 0)
+    heads = int(raw.get("num_attention_heads") or 0)
+    if not hidden or not heads:
+        return BaseShapes(raw.get("model_type", ""), 0, {})
+    head_dim = int(raw.get("head_dim") or hidden // heads)
+    kv = int(raw.get("num_key_value_heads") or heads) * head_dim
+    inter = int(raw.get("intermediate_size") or 0)
+    modules = {"q_proj": (hidden, heads * head_dim), "k_proj": (hidden, kv), "v_proj": (hidden, kv),
+               "o_proj": (heads * head_dim, hidden)}
+    if inter:
+        modules.update(gate_proj=(hidden, inter), up_proj=(hidden, inter), down_proj=(inter, hidden))
+    return BaseShapes(raw.get("model_type", ""), int(raw.get("num_hidden_layers") or 0), modules)

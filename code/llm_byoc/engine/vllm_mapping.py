@@ -1,0 +1,168 @@
+"""Our settings and messages in vLLM's terms, and vLLM's outputs in ours (``LLM_BYOC_ENGINE=vllm``).
+
+Mapped, not reimplemented: every sampling field becomes the ``vllm.SamplingParams``
+field that means the same thing, a grammar becomes its structured-output
+request, an adapter a ``LoRARequest``, our engine settings its ``EngineArgs``.
+vLLM is imported only here and in ``vllm_core.py``, and only when it is the
+engine, so the CPU image without vLLM never touches it.
+
+What stays ours on purpose: detokenizing, stop strings and the response
+schemas (the front end's, as with our engine); vLLM is asked for token ids
+only (``detokenize=False``), one sequence per request (the front end fans
+``n`` out into sequences with their own seeds, as it does for our engine).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import (
+    ENV_PIPELINE_PARALLEL_SIZE,
+    ENV_QUANTIZATION,
+    ENV_TENSOR_PARALLEL_SIZE,
+    ConfigError,
+    EngineConfig,
+)
+from ..errors import ModelLoadError
+from ..protocol import FinishReason, SamplingParams, SequenceUpdate, TopLogprobs
+
+# vLLM's finish reasons -> ours. "stop" covers EOS and stop token ids (stop strings are the front end's).
+FINISH_REASONS = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": FinishReason.ABORT}
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    """What the engine args depend on besides the settings: the device and what it has."""
+
+    device: str  # "cuda" | "cpu"
+    num_gpus: int
+    kv_cache_bytes: int | None  # CPU: the pool size our own sizing picks (worker/kv_sizing.py); None on CUDA
+
+
+def engine_args(config: EngineConfig, folder: Path, dtype: str, max_model_len: int, facts: DeviceFacts) -> dict:
+    """Keyword arguments of ``vllm.EngineArgs`` for this container's settings.
+
+    ``LLM_BYOC_VLLM_ENGINE_ARGS`` (a JSON object) adds vLLM arguments we have no setting for;
+    a key we set from one of ours is a ConfigError there, so two settings never disagree."""
+    tp = config.tensor_parallel_size or max(1, facts.num_gpus)
+    if facts.device == "cuda" and tp * config.pipeline_parallel_size > facts.num_gpus:
+        raise ConfigError(f"{ENV_TENSOR_PARALLEL_SIZE}={tp} x {ENV_PIPELINE_PARALLEL_SIZE}="
+                          f"{config.pipeline_parallel_size} needs {tp * config.pipeline_parallel_size} GPUs; "
+                          f"this container sees {facts.num_gpus}")
+    if facts.device == "cpu" and tp * config.pipeline_parallel_size > 1:
+        raise ConfigError(f"{ENV_TENSOR_PARALLEL_SIZE} and {ENV_PIPELINE_PARALLEL_SIZE} are for GPUs; on CPU "
+                          f"leave them at 1 (got {tp} x {config.pipeline_parallel_size})")
+    args = dict(
+        model=str(folder),
+        tokenizer=str(folder),
+        dtype=dtype,
+        max_model_len=max_model_len,
+        trust_remote_code=config.trust_remote_code,
+        enable_prefix_caching=config.enable_prefix_caching,
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=config.pipeline_parallel_size,
+        enable_lora=True,  # adapters are registered at run time, as with our engine
+        max_loras=config.max_loras,
+        max_cpu_loras=config.max_cpu_loras,
+        max_lora_rank=_vllm_lora_rank(config.max_lora_rank),
+        max_logprobs=20,
+        logprobs_mode="processed_logprobs",  # after temperature and penalties: what was sampled from
+        structured_outputs_config={"backend": "guidance"},  # llguidance, as our engine: the same grammar dialect
+        disable_log_stats=False,  # its vllm: series feed /metrics
+    )
+    if config.max_num_seqs:
+        args["max_num_seqs"] = config.max_num_seqs
+    if config.quantization:
+        args["quantization"] = config.quantization
+    if config.speculative is not None:
+        args["speculative_config"] = config.speculative
+    if facts.device == "cuda":
+        args["gpu_memory_utilization"] = config.gpu_memory_utilization
+    elif facts.kv_cache_bytes:
+        args["kv_cache_memory_bytes"] = facts.kv_cache_bytes
+    extra = config.vllm_args
+    clash = sorted(set(extra) & set(args) - {"tokenizer"})
+    if clash:
+        raise ConfigError(f"LLM_BYOC_VLLM_ENGINE_ARGS sets {', '.join(clash)}, which our own settings "
+                          f"set already (use those: {ENV_QUANTIZATION}, {ENV_TENSOR_PARALLEL_SIZE}, ...)")
+    return {**args, **extra}
+
+
+def _vllm_lora_rank(rank: int) -> int:
+    """vLLM accepts these ranks only: the smallest that holds ours."""
+    for allowed in (1, 8, 16, 32, 64, 128, 256, 320, 512):
+        if rank <= allowed:
+            return allowed
+    return 512
+
+
+def sampling_params(params: SamplingParams, max_tokens: int):
+    """Our SamplingParams as vLLM's (one sequence, token ids only, new tokens per output)."""
+    from vllm import SamplingParams as VllmSamplingParams
+    from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
+
+    structured = None
+    grammar = params.grammar
+    if grammar is not None:
+        structured = StructuredOutputsParams(**{
+            "json_schema": {"json": grammar.value},
+            "json_object": {"json_object": True},
+            "regex": {"regex": grammar.value},
+            "lark": {"grammar": grammar.value},
+        }[grammar.kind])
+    return VllmSamplingParams(
+        n=1,
+        max_tokens=max_tokens,
+        temperature=params.temperature,
+        top_p=params.top_p,
+        top_k=params.top_k if params.top_k > 0 else -1,
+        repetition_penalty=params.repetition_penalty,
+        presence_penalty=params.presence_penalty,
+        frequency_penalty=params.frequency_penalty,
+        min_tokens=params.min_tokens,
+        seed=params.seed,
+        ignore_eos=params.ignore_eos,
+        logprobs=params.top_logprobs if params.logprobs else None,
+        structured_outputs=structured,
+        detokenize=False,
+        output_kind=RequestOutputKind.DELTA,
+    )
+
+
+def sequence_update(seq_id: str, output, num_prompt_tokens: int, want_logprobs: bool, top_k: int) -> SequenceUpdate:
+    """One vLLM RequestOutput (DELTA: only the new tokens) as our SequenceUpdate."""
+    completion = output.outputs[0]
+    tokens = list(completion.token_ids)
+    logprobs = top = None
+    if want_logprobs and completion.logprobs is not None:
+        logprobs, top = [], [] if top_k else None
+        for token, position in zip(tokens, completion.logprobs):
+            logprobs.append(float(position[token].logprob))
+            if top is not None:
+                ranked = sorted((lp.rank, t, lp.logprob) for t, lp in position.items() if lp.rank <= top_k)
+                top.append(TopLogprobs([t for _, t, _ in ranked], [float(v) for _, _, v in ranked]))
+    finish = None
+    if completion.finish_reason is not None:
+        finish = FINISH_REASONS.get(completion.finish_reason, FinishReason.ERROR)
+    return SequenceUpdate(seq_id, tokens, logprobs, finish, num_prompt_tokens,
+                          int(output.num_cached_tokens or 0), top)
+
+
+def check_folder_for_vllm(folder: Path) -> None:
+    """vLLM reads safetensors from a Hugging Face folder; say so before it tries something else."""
+    if not any(folder.glob("*.safetensors")):
+        raise ModelLoadError(f"{folder} has no .safetensors weights; LLM_BYOC_ENGINE=vllm loads safetensors only")
+
+
+def visible_gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def omp_threads_default(config: EngineConfig) -> None:
+    """Our thread setting, where the operator gave one, as vLLM's CPU binding (it otherwise picks its own)."""
+    if config.num_threads and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = f"0-{config.num_threads - 1}"
