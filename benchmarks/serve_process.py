@@ -54,7 +54,8 @@ def free_port() -> int:
 class ServeProcess:
     """``serve`` as a child process; ``code_dir`` runs another checkout's code (a baseline)."""
 
-    def __init__(self, env: dict[str, str], log_path: Path, code_dir: str | None = None):
+    def __init__(self, env: dict[str, str], log_path: Path, code_dir: str | None = None, python: str | None = None):
+        """``python``: the interpreter to run it with (another venv, e.g. one with vLLM)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
@@ -65,7 +66,8 @@ class ServeProcess:
             full_env.setdefault("LLM_BYOC_ENGINE_SOCKET", os.path.join(tempfile.mkdtemp(prefix="llmb-"), "e.sock"))
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(log_path, "wb")
-        self.proc = subprocess.Popen(SERVE, env=full_env, stdout=self._log, stderr=subprocess.STDOUT)
+        command = [python, *SERVE[1:]] if python else SERVE
+        self.proc = subprocess.Popen(command, env=full_env, stdout=self._log, stderr=subprocess.STDOUT)
 
     def wait_ready(self, timeout_s: float = 300.0) -> float:
         started = time.monotonic()

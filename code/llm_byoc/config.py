@@ -55,6 +55,7 @@ ENV_PIPELINE_PARALLEL_SIZE = "LLM_BYOC_PIPELINE_PARALLEL_SIZE"
 ENV_QUANTIZATION = "LLM_BYOC_QUANTIZATION"
 ENV_SPECULATIVE_CONFIG = "LLM_BYOC_SPECULATIVE_CONFIG"
 ENV_VLLM_ENGINE_ARGS = "LLM_BYOC_VLLM_ENGINE_ARGS"
+ENV_VLLM_ENABLE_LORA = "LLM_BYOC_VLLM_ENABLE_LORA"
 # Server
 ENV_MAX_CONNECTIONS = "LLM_BYOC_MAX_CONNECTIONS"
 ENV_ENGINE_SOCKET = "LLM_BYOC_ENGINE_SOCKET"
@@ -193,6 +194,7 @@ class EngineConfig:
     quantization: str = ""  # vllm: "" reads the checkpoint's quantization_config; else vLLM's method name
     speculative_config: str = ""  # vllm: JSON passed through as its speculative_config
     vllm_engine_args: str = ""  # vllm: JSON object of further vLLM EngineArgs (ours win where both set one)
+    vllm_enable_lora: str = "auto"  # vllm: auto (on when LLM_BYOC_ADAPTERS_DIR holds adapters at start), true, false
 
     def __post_init__(self) -> None:
         _require(bool(self.model), f"{ENV_MODEL} must name a model source")
@@ -232,6 +234,8 @@ class EngineConfig:
         _require(self.engine in ENGINES, f"{ENV_ENGINE} must be one of {', '.join(ENGINES)}, not {self.engine!r}")
         _require(self.tensor_parallel_size >= 0, f"{ENV_TENSOR_PARALLEL_SIZE} must be >= 1, or 0 for every GPU")
         _require(self.pipeline_parallel_size >= 1, f"{ENV_PIPELINE_PARALLEL_SIZE} must be >= 1")
+        _require(self.vllm_enable_lora in ("auto", "true", "false"),
+                 f"{ENV_VLLM_ENABLE_LORA} must be auto, true or false, not {self.vllm_enable_lora!r}")
         for name, text in ((ENV_SPECULATIVE_CONFIG, self.speculative_config),
                            (ENV_VLLM_ENGINE_ARGS, self.vllm_engine_args)):
             _json_object(name, text)
@@ -283,6 +287,7 @@ class EngineConfig:
             quantization=(env.get(ENV_QUANTIZATION) or "").strip(),
             speculative_config=(env.get(ENV_SPECULATIVE_CONFIG) or "").strip(),
             vllm_engine_args=(env.get(ENV_VLLM_ENGINE_ARGS) or "").strip(),
+            vllm_enable_lora=(env.get(ENV_VLLM_ENABLE_LORA) or "auto").strip().lower(),
         )
 
 

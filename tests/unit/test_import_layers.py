@@ -64,6 +64,10 @@ DEFERRED: dict[tuple[str, str], str] = {
     ("llm_byoc.bench.compare", "llm_byoc.bench.baselines"): "torch and transformers only when baselines are run",
     ("llm_byoc.bench.baselines", "llm_byoc.worker.linear"): "torch kernels only when a linear backend is asked for",
     ("llm_byoc.bench.targets", "llm_byoc.client"): "boto3 only for the SageMaker endpoint target",
+    # LLM_BYOC_ENGINE=vllm: the loaders' torch in the engine process only when vLLM (which imports it anyway) is the engine
+    ("llm_byoc.engine.vllm_core", "llm_byoc.models.loader"): "torch only when vLLM is the engine",
+    ("llm_byoc.engine.vllm_core", "llm_byoc.worker.kv_sizing"): "torch only when vLLM is the engine",
+    ("llm_byoc.engine.vllm_core", "llm_byoc.worker.loading"): "torch only when vLLM is the engine",
 }
 
 

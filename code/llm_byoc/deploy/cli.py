@@ -55,6 +55,9 @@ def _engine_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-loras", type=int, help="LoRA adapters one batch may use at once")
     g.add_argument("--max-cpu-loras", type=int, help="LoRA adapters kept loaded in memory")
     g.add_argument("--max-lora-rank", type=int, help="largest LoRA rank accepted (default 64)")
+    g.add_argument("--engine", choices=("auto", "native", "vllm"), help="LLM_BYOC_ENGINE (default auto: vLLM where a GPU and vLLM are present)")
+    g.add_argument("--tensor-parallel-size", type=int, help="vLLM: GPUs per model (default: every GPU of the instance)")
+    g.add_argument("--quantization", help="vLLM: awq, gptq, fp8, ... (default: the checkpoint's quantization_config)")
 
 
 def _deletion_wait_options(p: argparse.ArgumentParser) -> None:

@@ -18,6 +18,7 @@ from typing import TextIO
 
 from ..config import (
     ENV_DTYPE,
+    ENV_ENGINE,
     ENV_MAX_BATCHED_TOKENS,
     ENV_MAX_CPU_LORAS,
     ENV_MAX_LORA_RANK,
@@ -26,7 +27,9 @@ from ..config import (
     ENV_MAX_NUM_SEQS,
     ENV_MEMORY_BUDGET,
     ENV_MODEL,
+    ENV_QUANTIZATION,
     ENV_SERVER_TIMEOUT,
+    ENV_TENSOR_PARALLEL_SIZE,
 )
 from . import autoscale, ecr, endpoints, package, role
 from .errors import DeployError, EndpointFailed
@@ -46,6 +49,9 @@ _ENV_FLAGS = {
     "max_loras": ENV_MAX_LORAS,
     "max_cpu_loras": ENV_MAX_CPU_LORAS,
     "max_lora_rank": ENV_MAX_LORA_RANK,
+    "engine": ENV_ENGINE,
+    "tensor_parallel_size": ENV_TENSOR_PARALLEL_SIZE,
+    "quantization": ENV_QUANTIZATION,
 }
 
 

@@ -18,6 +18,8 @@ from typing import Protocol
 from ..adapters.messages import AdapterCommand
 from ..config import ENV_ENGINE, ConfigError, EngineConfig
 from ..protocol import AddSequence, EngineOutputs, EngineState, HealthReport, SessionCommand
+from .core import EngineCore
+from .vllm_core import VllmCore
 
 log = logging.getLogger(__name__)
 
@@ -83,9 +85,5 @@ def make_core(config: EngineConfig, on_outputs: Callable[[EngineOutputs], None],
         choice = choose_engine(config)
     log.info("engine: %s (%s)", choice.name, choice.reason)
     if choice.name == "vllm":
-        from .vllm_core import VllmCore
-
         return VllmCore(config, on_outputs, choice.reason)
-    from .core import EngineCore
-
     return EngineCore(config, on_outputs, worker_target, engine_reason=choice.reason)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ..adapters.messages import AdapterCommand, AdapterReply, AdapterStatus, LoRAStats
 from ..adapters.peft_folder import BaseShapes, check_adapter, check_name
-from ..config import EngineConfig
+from ..config import ENV_VLLM_ENABLE_LORA, EngineConfig
 from ..errors import (
     AdapterExists,
     AdapterNotFound,
@@ -49,6 +49,7 @@ from ..protocol import (
     SessionCommand,
     SessionReply,
 )
+from ..memory import available_memory, cgroup_memory_limit
 from . import vllm_mapping
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,7 @@ class VllmCore:
         self._adapters: dict[str, _Adapter] = {}
         self._base: BaseShapes | None = None
         self._registrations = 0
+        self._lora = vllm_mapping.lora_enabled(config)
         self._sessions: dict[str, float] = {}  # session id -> last used (monotonic)
         self._thread = threading.Thread(target=self._run, name="vllm-step-loop", daemon=True)
 
@@ -159,6 +161,11 @@ class VllmCore:
             return AdapterReply(command.call_id, [self._status(a) for _, a in sorted(self._adapters.items())])
         if command.action == "register":
             check_name(command.name)
+            if not self._lora:
+                raise InvalidRequest(f"LoRA adapters are off in this vLLM engine ({ENV_VLLM_ENABLE_LORA}="
+                                     f"{self.config.vllm_enable_lora}; auto turns them on only when "
+                                     f"{self.config.adapters_dir} holds adapters at start-up): start it with "
+                                     f"{ENV_VLLM_ENABLE_LORA}=true to register adapters")
             if command.name in self._adapters:
                 raise AdapterExists(f"adapter {command.name!r} is already registered; "
                                     f"DELETE /adapters/{command.name} first")
@@ -359,7 +366,6 @@ def _load(config: EngineConfig, reason: str):
     """vLLM's engine for the configured model, its ModelInfo, and what adapters may target."""
     import torch
 
-    from ..memory import available_memory, cgroup_memory_limit
     from ..models.loader import check_readable, local_folder, read_model_config, resolve_dtype
     from ..worker.kv_sizing import cpu_kv_budget
     from ..worker.loading import eos_token_ids, model_max_len, read_generation_eos
@@ -377,7 +383,7 @@ def _load(config: EngineConfig, reason: str):
         kv_bytes, how = cpu_kv_budget(config.kv_cache_memory, cgroup_memory_limit(), available_memory())
         log.info("vLLM KV cache on CPU: %.2f GiB (%s)", kv_bytes / 1024**3, how)
     facts = vllm_mapping.DeviceFacts(device.type, vllm_mapping.visible_gpus(), kv_bytes)
-    args = vllm_mapping.engine_args(config, folder, dtype, max_len, facts)
+    args = vllm_mapping.engine_args(config, folder, dtype, max_len, facts, vllm_mapping.lora_enabled(config))
     vllm_mapping.omp_threads_default(config)
     log.info("starting vLLM: %s", ", ".join(f"{k}={v}" for k, v in sorted(args.items())))
 

@@ -41,7 +41,8 @@ class DeviceFacts:
     kv_cache_bytes: int | None  # CPU: the pool size our own sizing picks (worker/kv_sizing.py); None on CUDA
 
 
-def engine_args(config: EngineConfig, folder: Path, dtype: str, max_model_len: int, facts: DeviceFacts) -> dict:
+def engine_args(config: EngineConfig, folder: Path, dtype: str, max_model_len: int, facts: DeviceFacts,
+                enable_lora: bool = False) -> dict:
     """Keyword arguments of ``vllm.EngineArgs`` for this container's settings.
 
     ``LLM_BYOC_VLLM_ENGINE_ARGS`` (a JSON object) adds vLLM arguments we have no setting for;
@@ -63,15 +64,15 @@ def engine_args(config: EngineConfig, folder: Path, dtype: str, max_model_len: i
         enable_prefix_caching=config.enable_prefix_caching,
         tensor_parallel_size=tp,
         pipeline_parallel_size=config.pipeline_parallel_size,
-        enable_lora=True,  # adapters are registered at run time, as with our engine
-        max_loras=config.max_loras,
-        max_cpu_loras=config.max_cpu_loras,
-        max_lora_rank=_vllm_lora_rank(config.max_lora_rank),
+        enable_lora=enable_lora,  # lora_enabled(): vLLM cannot turn it on later, and it is not free
         max_logprobs=20,
         logprobs_mode="processed_logprobs",  # after temperature and penalties: what was sampled from
         structured_outputs_config={"backend": "guidance"},  # llguidance, as our engine: the same grammar dialect
         disable_log_stats=False,  # its vllm: series feed /metrics
     )
+    if enable_lora:
+        args.update(max_loras=config.max_loras, max_cpu_loras=config.max_cpu_loras,
+                    max_lora_rank=_vllm_lora_rank(config.max_lora_rank))
     if config.max_num_seqs:
         args["max_num_seqs"] = config.max_num_seqs
     if config.quantization:
@@ -88,6 +89,19 @@ def engine_args(config: EngineConfig, folder: Path, dtype: str, max_model_len: i
         raise ConfigError(f"LLM_BYOC_VLLM_ENGINE_ARGS sets {', '.join(clash)}, which our own settings "
                           f"set already (use those: {ENV_QUANTIZATION}, {ENV_TENSOR_PARALLEL_SIZE}, ...)")
     return {**args, **extra}
+
+
+def lora_enabled(config: EngineConfig) -> bool:
+    """Whether vLLM is started with LoRA: ``LLM_BYOC_VLLM_ENABLE_LORA``, or with ``auto`` whether the adapters
+    folder holds adapters at start-up. vLLM cannot enable LoRA once started, and with it on every step pays
+    for it (W1 on its CPU build: 32 instead of 77 tok/s here, benchmarks/results/issue26_engines.json)."""
+    if config.vllm_enable_lora != "auto":
+        return config.vllm_enable_lora == "true"
+    root = Path(config.adapters_dir)
+    try:
+        return root.is_dir() and any(p.is_dir() for p in root.iterdir())
+    except OSError:
+        return False
 
 
 def _vllm_lora_rank(rank: int) -> int:
