@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
-from fixtures.sse_events import sse_payloads
+from fixtures.sse_events import iter_sse_payloads, sse_payloads
 from serve_helpers import STARTUP_S, Server, children_of, started, wait_for_ping
 
 pytestmark = pytest.mark.slow
@@ -109,9 +109,10 @@ def test_sigterm_lets_the_inflight_stream_finish_then_exits_0(server):
     body = {"inputs": "A long story", "stream": True, "parameters": {"max_new_tokens": 150, "ignore_eos": True}}
     events: list = []
 
-    def read():
+    def read():  # event by event, so SIGTERM below lands while the stream is still going
         with post(server, body, stream=True) as response:
-            events.extend(sse_payloads(response))
+            for event in iter_sse_payloads(response.iter_content(chunk_size=None)):
+                events.append(event)
 
     reader = threading.Thread(target=read)
     reader.start()
@@ -119,6 +120,7 @@ def test_sigterm_lets_the_inflight_stream_finish_then_exits_0(server):
     while not events and time.monotonic() < deadline:
         time.sleep(0.01)
     assert events, "the stream never started"
+    assert len(events) < 150, "the stream ended before SIGTERM: nothing drained"
     server.proc.send_signal(signal.SIGTERM)
     assert server.proc.wait(90) == 0, server.log()
     reader.join(10)
