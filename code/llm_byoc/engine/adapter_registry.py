@@ -56,6 +56,10 @@ class AdapterRegistry:
                  spec.path)
         return spec
 
+    def specs(self) -> list[AdapterSpec]:
+        """Every registered adapter, by name."""
+        return [self._entries[name].spec for name in sorted(self._entries)]
+
     def unregister(self, name: str) -> AdapterSpec:
         return self._entries.pop(self._known(name)).spec
 

@@ -20,16 +20,13 @@ import logging
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
-from ..adapters.messages import AdapterCommand, AdapterReply, AdapterStatus, LoRAStats
-from ..adapters.peft_folder import BaseShapes, check_adapter, check_name
+from ..adapters.messages import AdapterCommand, AdapterReply, AdapterSpec, AdapterStatus, LoRAStats
 from ..config import ENV_VLLM_ENABLE_LORA, EngineConfig
 from ..errors import (
-    AdapterExists,
-    AdapterNotFound,
     EngineDead,
     EngineNotReady,
     InvalidRequest,
@@ -51,6 +48,7 @@ from ..protocol import (
 )
 from ..memory import available_memory, cgroup_memory_limit
 from . import vllm_mapping
+from .adapter_registry import AdapterRegistry
 
 log = logging.getLogger(__name__)
 
@@ -66,13 +64,6 @@ class _Live:
     lora: object = None  # vllm.lora.request.LoRARequest
 
 
-@dataclass
-class _Adapter:
-    spec: object  # AdapterSpec
-    lora_id: int
-    requests: int = 0
-
-
 class VllmCore:
     def __init__(self, config: EngineConfig, on_outputs: OutputCallback, engine_reason: str = ""):
         self.config = config
@@ -86,9 +77,8 @@ class VllmCore:
         self._aborts: list[str] = []
         self._live: dict[str, _Live] = {}
         self._busy = False  # vLLM has unfinished requests
-        self._adapters: dict[str, _Adapter] = {}
-        self._base: BaseShapes | None = None
-        self._registrations = 0
+        self._adapters: AdapterRegistry | None = None  # once the model is loaded (it needs the base's shapes)
+        self._adapter_requests: Counter[str] = Counter()
         self._lora = vllm_mapping.lora_enabled(config)
         self._sessions: dict[str, float] = {}  # session id -> last used (monotonic)
         self._thread = threading.Thread(target=self._run, name="vllm-step-loop", daemon=True)
@@ -118,9 +108,8 @@ class VllmCore:
                 raise QueueFull(f"the engine queue is full ({len(self._live)} sequences in it); retry later")
             lora = None
             if request.adapter:
-                entry = self._adapter(request.adapter)
-                entry.requests += 1
-                lora = _lora_request(entry)
+                lora = _lora_request(self._adapters.resolve(request.adapter))
+                self._adapter_requests[request.adapter] += 1
             if request.session_id:
                 self._touch_session(request.session_id)
             max_tokens = min(params.max_new_tokens, info.max_model_len - len(ids))
@@ -157,57 +146,26 @@ class VllmCore:
     # --- adapters: checked as our engine checks them, served as vLLM LoRA requests ------------
 
     def _adapter_command(self, command: AdapterCommand) -> AdapterReply:
+        registry = self._adapters
         if command.action == "list":
-            return AdapterReply(command.call_id, [self._status(a) for _, a in sorted(self._adapters.items())])
+            return AdapterReply(command.call_id, [self._status(spec) for spec in registry.specs()])
         if command.action == "register":
-            check_name(command.name)
             if not self._lora:
                 raise InvalidRequest(f"LoRA adapters are off in this vLLM engine ({ENV_VLLM_ENABLE_LORA}="
                                      f"{self.config.vllm_enable_lora}; auto turns them on only when "
                                      f"{self.config.adapters_dir} holds adapters at start-up): start it with "
                                      f"{ENV_VLLM_ENABLE_LORA}=true to register adapters")
-            if command.name in self._adapters:
-                raise AdapterExists(f"adapter {command.name!r} is already registered; "
-                                    f"DELETE /adapters/{command.name} first")
-            self._registrations += 1
-            spec = check_adapter(command.name, command.src, f"{command.name}#{self._registrations}",
-                                 self.config.adapter_roots, self.config.max_lora_rank, self._base)
-            entry = _Adapter(spec, self._registrations)
-            self._adapters[command.name] = entry
-            log.info("adapter %s registered for vLLM: rank %d from %s", spec.name, spec.rank, spec.path)
-            return AdapterReply(command.call_id, [self._status(entry)])
+            return AdapterReply(command.call_id, [self._status(registry.register(command.name, command.src))])
         if command.action == "unregister":
-            entry = self._adapters.pop(self._adapter(command.name).spec.name)
-            spec = entry.spec
+            spec = registry.unregister(command.name)
             return AdapterReply(command.call_id, [AdapterStatus(spec.name, spec.rank, list(spec.target_modules),
                                                                 spec.path, "unregistered")])
         raise InvalidRequest(f"unknown adapter action {command.action!r}")
 
-    def _adapter(self, name: str) -> _Adapter:
-        if name not in self._adapters:
-            known = ", ".join(sorted(self._adapters)[:20]) or "none"
-            raise AdapterNotFound(f"adapter {name!r} is not registered (registered: {known})")
-        return self._adapters[name]
-
-    def _status(self, entry: _Adapter) -> AdapterStatus:
-        spec = entry.spec
+    def _status(self, spec: AdapterSpec) -> AdapterStatus:
         active = any(live.adapter == spec.name for live in self._live.values())
         return AdapterStatus(spec.name, spec.rank, list(spec.target_modules), spec.path,
-                             "active" if active else "registered", entry.requests)
-
-    def _register_folder(self) -> None:
-        """The adapters under LLM_BYOC_ADAPTERS_DIR, at start-up (a bad one fails the start, as with ours)."""
-        root = Path(self.config.adapters_dir)
-        if not root.is_dir():
-            return
-        for child in sorted(p for p in root.iterdir() if p.is_dir()):
-            command = AdapterCommand(0, "register", child.name, str(child))
-            try:
-                self._adapter_command(command)
-            except ServingError as exc:
-                if not self.config.adapters_optional:
-                    raise
-                log.error("adapter folder %s not registered: %s", child, exc.message)
+                             "active" if active else "registered", self._adapter_requests[spec.name])
 
     # --- sessions: vLLM's prefix cache keeps what it can; nothing is pinned ---------------------
 
@@ -243,7 +201,7 @@ class VllmCore:
             lora = None
             if self._info is not None:
                 active = sorted({live.adapter for live in self._live.values() if live.adapter})
-                lora = LoRAStats(self.config.max_loras, self.config.max_cpu_loras, len(self._adapters), 0,
+                lora = LoRAStats(self.config.max_loras, self.config.max_cpu_loras, len(self._adapters or ()), 0,
                                  active, active, [])
             detail = {EngineState.READY: "ready", EngineState.DEAD: self._dead_detail,
                       EngineState.LOADING: "loading the model into vLLM"}[state]
@@ -273,16 +231,16 @@ class VllmCore:
 
     def _run(self) -> None:
         try:
-            engine, info, base = _load(self.config, self._engine_reason)
+            engine, info = _load(self.config, self._engine_reason, self._lora)
         except Exception as exc:  # one clear line; the server then exits non-zero
             detail = exc.message if isinstance(exc, ServingError) else f"{type(exc).__name__}: {exc}"
             log.error("vLLM could not load the model: %s", detail)
             self._die(f"vLLM could not load the model: {detail}")
             return
         with self._cond:
-            self._engine, self._base = engine, base
+            self._engine, self._adapters = engine, AdapterRegistry(self.config, info)
             try:
-                self._register_folder()
+                self._adapters.register_folder(self.config.adapters_dir, self.config.adapters_optional)
             except ServingError as exc:
                 self._die(exc.message)
                 return
@@ -356,14 +314,16 @@ class VllmCore:
             engine.engine_core.shutdown()
 
 
-def _lora_request(entry: _Adapter):
+def _lora_request(spec: AdapterSpec):
+    """vLLM's request for a registered adapter; its int id is the registration's number (uid "name#n"),
+    so a name registered again is another adapter to vLLM too."""
     from vllm.lora.request import LoRARequest
 
-    return LoRARequest(entry.spec.name, entry.lora_id, entry.spec.path)
+    return LoRARequest(spec.name, int(spec.uid.rsplit("#", 1)[1]), spec.path)
 
 
-def _load(config: EngineConfig, reason: str):
-    """vLLM's engine for the configured model, its ModelInfo, and what adapters may target."""
+def _load(config: EngineConfig, reason: str, enable_lora: bool):
+    """vLLM's engine for the configured model and its ModelInfo (with what adapters may target)."""
     import torch
 
     from ..models.loader import check_readable, local_folder, read_model_config, resolve_dtype
@@ -383,7 +343,7 @@ def _load(config: EngineConfig, reason: str):
         kv_bytes, how = cpu_kv_budget(config.kv_cache_memory, cgroup_memory_limit(), available_memory())
         log.info("vLLM KV cache on CPU: %.2f GiB (%s)", kv_bytes / 1024**3, how)
     facts = vllm_mapping.DeviceFacts(device.type, vllm_mapping.visible_gpus(), kv_bytes)
-    args = vllm_mapping.engine_args(config, folder, dtype, max_len, facts, vllm_mapping.lora_enabled(config))
+    args = vllm_mapping.engine_args(config, folder, dtype, max_len, facts, enable_lora)
     vllm_mapping.omp_threads_default(config)
     log.info("starting vLLM: %s", ", ".join(f"{k}={v}" for k, v in sorted(args.items())))
 
@@ -407,12 +367,13 @@ def _load(config: EngineConfig, reason: str):
         kv_block_size=vllm_config.cache_config.block_size or 16,
         num_layers=int(raw.get("num_hidden_layers") or 0),
         linear_backend="vllm",
+        lora_modules={name: list(features) for name, features in _lora_modules(raw).items()},
         engine="vllm",
         engine_reason=reason,
     )
     log.info("loaded %s on vLLM (%s, %s on %s, tensor parallel %d) in %.1f s", folder, info.model_type,
              info.dtype, info.device, args["tensor_parallel_size"], info.load_time_s)
-    return engine, info, _base_shapes(raw)
+    return engine, info
 
 
 class _AttrDict(dict):
@@ -420,12 +381,13 @@ class _AttrDict(dict):
         return self.get(name)
 
 
-def _base_shapes(raw: dict) -> BaseShapes:
-    """The projections a LoRA adapter may target, from config.json (the Llama-style layout vLLM serves)."""
+def _lora_modules(raw: dict) -> dict[str, tuple[int, int]]:
+    """The projections a LoRA adapter may target, (in, out) features, from config.json (the Llama-style
+    layout vLLM serves); what AdapterRegistry checks an adapter's tensors against, as for our engine."""
     hidden = int(raw.get("hidden_size") or 0)
     heads = int(raw.get("num_attention_heads") or 0)
     if not hidden or not heads:
-        return BaseShapes(raw.get("model_type", ""), 0, {})
+        return {}
     head_dim = int(raw.get("head_dim") or hidden // heads)
     kv = int(raw.get("num_key_value_heads") or heads) * head_dim
     inter = int(raw.get("intermediate_size") or 0)
@@ -433,4 +395,4 @@ def _base_shapes(raw: dict) -> BaseShapes:
                "o_proj": (heads * head_dim, hidden)}
     if inter:
         modules.update(gate_proj=(hidden, inter), up_proj=(hidden, inter), down_proj=(inter, hidden))
-    return BaseShapes(raw.get("model_type", ""), int(raw.get("num_hidden_layers") or 0), modules)
+    return modules
