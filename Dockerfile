@@ -4,6 +4,7 @@
 #   CPU (default):  docker build -t llm-byoc .
 #   Lean CPU torch: docker build --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu -t llm-byoc .
 #   GPU (ml.g5):    docker build --build-arg DEVICE=cuda -t llm-byoc:gpu .
+#     (with vLLM, VLLM_VERSION; VLLM_VERSION= builds it without: our engine only)
 #     python:3.11-slim + PyPI's torch wheel, which is the CUDA build on Linux x86_64 and brings
 #     the CUDA runtime libraries (nvidia-* wheels); the driver comes from the host at run time
 #     (NVIDIA container toolkit: docker run --gpus all, Kubernetes nvidia.com/gpu).
@@ -54,11 +55,29 @@ RUN if [ "$DEVICE" = cuda ]; then \
 #   (torch/include), test libraries and type stubs (*.pyi): ~180 MB of the CPU wheel; the last line proves torch still
 #   imports and computes. The GPU image keeps them (torch.compile's code generation needs the headers).
 
+# GPU image: vLLM (LLM_BYOC_ENGINE=auto picks it where a GPU is visible), on its own layer. Its
+# CUDA wheel pins the same torch as ours (2.13.0, CUDA 13.0), so the torch layer above stays; it pins
+# transformers below our pin (<5.20), so in this image vLLM's transformers is installed and the package
+# goes in beside it with its other requirements. VLLM_VERSION= (empty) leaves vLLM out: the image to
+# build with a CUDA 12 TORCH_INDEX_URL, which vLLM's kernels (built for CUDA 13.0's torch) do not fit.
+ARG VLLM_VERSION=0.32.0
+RUN if [ "$DEVICE" = cuda ] && [ -n "$VLLM_VERSION" ]; then \
+      PIP_FIND_LINKS= pip install --no-cache-dir "vllm==${VLLM_VERSION}" "torch==${TORCH_VERSION}" \
+      && python -c "import torch, vllm; print('vllm', vllm.__version__, 'torch', torch.__version__, 'cuda', torch.version.cuda)" \
+      && rm -rf /root/.cache; \
+    fi
+
 # The package alone (no dev/test extras), from a throwaway copy of the source.
 COPY pyproject.toml /tmp/llm-byoc/pyproject.toml
 COPY code /tmp/llm-byoc/code
-RUN pip install --no-cache-dir /tmp/llm-byoc \
- && rm -rf /tmp/llm-byoc /root/.cache
+RUN if python -c "import vllm" 2>/dev/null; then \
+      python -c "import tomllib; print(*(d for d in tomllib.load(open('/tmp/llm-byoc/pyproject.toml', 'rb'))['project']['dependencies'] if not d.startswith(('torch', 'transformers'))), sep='\n')" > /tmp/requirements.txt \
+      && PIP_FIND_LINKS= pip install --no-cache-dir -r /tmp/requirements.txt "torch==${TORCH_VERSION}" \
+      && pip install --no-cache-dir --no-deps /tmp/llm-byoc; \
+    else \
+      pip install --no-cache-dir /tmp/llm-byoc; \
+    fi \
+ && rm -rf /tmp/llm-byoc /tmp/requirements.txt /root/.cache
 
 # Multi-model on Triton (LLM_BYOC_MULTI_MODEL_BACKEND=triton), off by default:
 #   --build-arg TRITON=pytriton  tritonclient + the CPU-capable tritonserver inside the nvidia-pytriton

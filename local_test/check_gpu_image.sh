@@ -10,12 +10,15 @@
 #      picks by default (LLM_BYOC_DTYPE=auto: bfloat16, or float16 where the GPU has none), a matmul
 #   3. W1 in process: engine_bench --device cuda (32 requests, 16 concurrent, ~30-token prompts,
 #      64 new tokens, ignore_eos), the engine alone, in the default dtype
-#   4. `serve` with SmolLM2-135M-Instruct mounted: /ping, the load line (device, dtype), a
-#      generation, then W1 through HTTP (python -m llm_byoc.bench in the container, streamed)
+#   4. `serve` on our engine with SmolLM2-135M-Instruct mounted: /ping, the load lines (engine,
+#      device, dtype), a generation, then W1 and a 64-client run through HTTP (python -m
+#      llm_byoc.bench in the container, streamed)
+#   5. the same on vLLM (LLM_BYOC_ENGINE=vllm) where the image has it (the GPU image does)
 #
 # Everything it prints, and the JSON of each step, lands in benchmarks/results/gpu_image_<UTC>/
 # (RESULTS_DIR). Environment: IMAGE (llm-byoc:gpu), BUILD (1; 0 checks IMAGE as it is), MODEL_DIR,
-# PORT (8080), NAME; W1_REQUESTS (32), W1_CONCURRENCY (16), W1_TOKENS (64) size both W1 runs.
+# PORT (8080), NAME; W1_REQUESTS (32), W1_CONCURRENCY (16), W1_TOKENS (64) size the W1 runs,
+# C64_CONCURRENCY (64) and C64_REQUESTS (128) the wider one (W1_TOKENS new tokens each).
 # GPUS (all) is passed to `docker run --gpus`, DEVICE (cuda) to the engine; on a machine without a
 # GPU it stops at once and says so. GPUS= DEVICE=cpu BUILD=0 IMAGE=llm-byoc:latest runs the same
 # steps on the CPU with the CPU image, which shows the script itself works without a GPU.
@@ -29,6 +32,8 @@ DEVICE=${DEVICE:-cuda}
 REQUESTS=${W1_REQUESTS:-32}
 CONCURRENCY=${W1_CONCURRENCY:-16}
 TOKENS=${W1_TOKENS:-64}
+C64_CONCURRENCY=${C64_CONCURRENCY:-64}
+C64_REQUESTS=${C64_REQUESTS:-128}
 if [ -n "$GPUS" ] && ! command -v nvidia-smi >/dev/null && ! docker info 2>/dev/null | grep -qi 'runtimes:.*nvidia'; then
   die "no NVIDIA GPU here (no nvidia-smi, no nvidia runtime in docker info): this check needs one." \
     "To run its steps on the CPU instead: GPUS= DEVICE=cpu BUILD=0 IMAGE=llm-byoc:latest $SCRIPT"
@@ -75,20 +80,38 @@ docker run --rm "${gpu_args[@]}" -v "$MODEL_DIR:/opt/ml/model:ro" -v "$OUT:/out"
   -m benchmarks.engine_bench --model /opt/ml/model --device "$DEVICE" --dtype "$DTYPE" --skip-baselines \
   --num-requests "$REQUESTS" --concurrency "$CONCURRENCY" --max-new-tokens "$TOKENS" --json /out/engine_bench.json
 
-echo "== 4. serve on $DEVICE (LLM_BYOC_DTYPE=auto), port $PORT"
-docker rm -f "$NAME" >/dev/null 2>&1 || true
-require_free_port
-trap 'docker logs "$NAME" >"$OUT/serve.log" 2>&1 || true; docker rm -f "$NAME" >/dev/null 2>&1 || true' EXIT
-docker run -d --name "$NAME" "${gpu_args[@]}" -p "127.0.0.1:$PORT:8080" -e "LLM_BYOC_DEVICE=$DEVICE" \
-  -v "$MODEL_DIR:/opt/ml/model:ro" "$IMAGE" serve >/dev/null
-wait_for_ping 600 "$NAME" || { echo "FAIL: /ping never said 200"; exit 1; }
-docker logs "$NAME" 2>&1 | grep -E "engine ready|loaded /opt/ml/model|KV cache:" || true
-curl -s "$URL/ping"; echo
-echo "-- a generation"
-"$HERE/predict.sh" "Write one sentence about the sea." chat
-echo "-- W1 through HTTP (TGI streams, ignore_eos)"
-docker exec "$NAME" python -m llm_byoc.bench --url http://127.0.0.1:8080 --concurrency "$CONCURRENCY" \
-  --num-requests "$REQUESTS" --input-len 25 --output-len "$TOKENS" --warmup-requests 2 --no-png --no-progress \
-  --out /tmp/http_bench
-docker cp "$NAME:/tmp/http_bench.json" "$OUT/http_bench.json" >/dev/null
+# 4 and 5: serve on each engine the image has (ours; vLLM where the image has it: the GPU image's
+# LLM_BYOC_ENGINE=auto default on a GPU), each with a generation, W1 and a 64-client run through HTTP
+serve_check() {  # serve_check STEP ENGINE
+  local step=$1 engine=$2
+  echo "== $step. serve on $DEVICE with LLM_BYOC_ENGINE=$engine (LLM_BYOC_DTYPE=auto), port $PORT"
+  docker rm -f "$NAME" >/dev/null 2>&1 || true
+  require_free_port
+  docker run -d --name "$NAME" "${gpu_args[@]}" -p "127.0.0.1:$PORT:8080" -e "LLM_BYOC_DEVICE=$DEVICE" \
+    -e "LLM_BYOC_ENGINE=$engine" -v "$MODEL_DIR:/opt/ml/model:ro" "$IMAGE" serve >/dev/null
+  local start=$SECONDS
+  wait_for_ping 900 "$NAME" || { docker logs "$NAME" >"$OUT/serve_$engine.log" 2>&1; echo "FAIL: /ping never said 200 ($OUT/serve_$engine.log)"; exit 1; }
+  echo "ready in $((SECONDS - start)) s"
+  docker logs "$NAME" 2>&1 | grep -E "engine: |engine ready|loaded /opt/ml/model|KV cache" || true
+  curl -s "$URL/ping"; echo
+  echo "-- a generation"
+  "$HERE/predict.sh" "Write one sentence about the sea." chat
+  for run in "w1 $CONCURRENCY $REQUESTS" "c64 $C64_CONCURRENCY $C64_REQUESTS"; do
+    set -- $run
+    echo "-- $1 through HTTP: $2 concurrent, $3 requests (TGI streams, ignore_eos)"
+    docker exec "$NAME" python -m llm_byoc.bench --url http://127.0.0.1:8080 --concurrency "$2" \
+      --num-requests "$3" --input-len 25 --output-len "$TOKENS" --warmup-requests 2 --no-png --no-progress \
+      --out "/tmp/http_$1"
+    docker cp "$NAME:/tmp/http_$1.json" "$OUT/http_${1}_$engine.json" >/dev/null
+  done
+  docker logs "$NAME" >"$OUT/serve_$engine.log" 2>&1
+  docker rm -f "$NAME" >/dev/null
+}
+trap 'docker logs "$NAME" >"$OUT/serve_last.log" 2>&1 || true; docker rm -f "$NAME" >/dev/null 2>&1 || true' EXIT
+serve_check 4 native
+if docker run --rm --entrypoint python "$IMAGE" -c "import vllm" 2>/dev/null; then
+  serve_check 5 vllm
+else
+  echo "== 5. (skipped: $IMAGE has no vLLM; the GPU image built with VLLM_VERSION has it)"
+fi
 echo "== done: $OUT"

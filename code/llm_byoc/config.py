@@ -157,6 +157,9 @@ def _require(condition: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+DEFAULT_MAX_MODEL_LEN = 4096  # the context when LLM_BYOC_MAX_MODEL_LEN is not set: the model's own, capped here
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """Settings of the single-model engine (scheduler, worker, model)."""

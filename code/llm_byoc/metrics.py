@@ -116,6 +116,32 @@ class ServingMetrics:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
 
+def families(text: str) -> list[tuple[str, str]]:
+    """(name, its lines) of each metric family in Prometheus' text format, in order: a family starts
+    at its ``# HELP`` or ``# TYPE`` line and holds the samples that follow."""
+    out: list[tuple[str, list[str]]] = []
+    for line in text.splitlines(keepends=True):
+        if line.startswith(("# HELP ", "# TYPE ")):
+            name = line.split(" ", 3)[2].strip()
+            if not out or out[-1][0] != name:
+                out.append((name, []))
+        elif not out:
+            continue  # samples before any family header: not something generate_latest writes
+        out[-1][1].append(line)
+    return [(name, "".join(lines)) for name, lines in out]
+
+
+def with_engine_series(ours: bytes, engine_text: str) -> bytes:
+    """Our exposition plus the engine's own series (vLLM's ``vllm:*``). Where both export a family
+    (the ``vllm:`` gateway gauges, ``gateway_metrics``), the engine's is the one kept: it is the source."""
+    if not engine_text:
+        return ours
+    theirs = families(engine_text)
+    names = {name for name, _ in theirs}
+    kept = [block for name, block in families(ours.decode()) if name not in names]
+    return ("".join(kept) + "".join(block for _, block in theirs)).encode()
+
+
 _default: ServingMetrics | None = None
 _default_lock = threading.Lock()
 
@@ -255,17 +281,18 @@ def mark_process_dead(pid: int) -> None:
         multiprocess.mark_process_dead(pid)
 
 
-def engine_refresher(engine, metrics: ServingMetrics | None = None) -> Callable[[], None]:
+def engine_refresher(engine, metrics: ServingMetrics | None = None) -> Callable[[], str]:
     """A ``refresh`` for ``register_metrics_route`` that reads ``engine.health()``.
 
     Sets the queue gauges, the KV cache's use (by tokens) and blocks, the
     prefix cache's counts and, once the model is loaded, their ``vllm:*``
     copies for gateways (``gateway_metrics``) and its load time, once per
-    process.
+    process. Returns the engine's own series when it has any (vLLM's, from
+    ``engine.engine_metrics()``), which the route appends.
     """
     load_seen = threading.Event()
 
-    def refresh() -> None:
+    def refresh() -> str:
         m = metrics if metrics is not None else get_metrics()
         health = engine.health()
         m.waiting.set(health.num_waiting)
@@ -282,20 +309,21 @@ def engine_refresher(engine, metrics: ServingMetrics | None = None) -> Callable[
             _set_lora(m, health.lora)
         info = health.info
         if info is None:
-            return
+            return ""
         name = os.path.basename(info.model_path.rstrip("/")) or info.model_path
         m.engine_info.labels(engine=info.engine, reason=info.engine_reason).set(1)
         m.gateway.update(name, health.num_waiting, health.num_running, kv)
         if not load_seen.is_set():
             load_seen.set()
             m.model_load.labels(model=name).observe(info.load_time_s)
+        return engine.engine_metrics() if info.engine != "native" else ""
 
     return refresh
 
 
 def register_metrics_route(
     app,
-    refresh: Callable[[], None] | None = None,
+    refresh: Callable[[], str | None] | None = None,
     metrics: ServingMetrics | None = None,
     instrument: bool = True,
 ) -> None:
@@ -303,7 +331,8 @@ def register_metrics_route(
 
     ``refresh`` runs before each scrape: the place to copy engine gauges
     (``set_queue(h.num_waiting, h.num_running)`` from ``engine.health()``), so
-    they are read when asked for, not pushed on every step. With
+    they are read when asked for, not pushed on every step; the text it may
+    return (an engine's own series) is appended (``with_engine_series``). With
     ``instrument``, every other request is counted by URL rule and status and
     timed to the end of its body: ``call_on_close`` fires after the last SSE
     event, not when the headers go out.
@@ -315,13 +344,14 @@ def register_metrics_route(
 
     @app.get("/metrics")
     def prometheus_metrics():
+        engine_text = ""
         if refresh is not None:
             try:
-                refresh()
+                engine_text = refresh() or ""
             except Exception:  # a sick engine must not take the metrics down with it
                 log.warning("metrics refresh failed", exc_info=True)
         body, content_type = current().render()
-        return Response(body, content_type=content_type)
+        return Response(with_engine_series(body, engine_text), content_type=content_type)
 
     if instrument:
         _instrument_requests(app, current)

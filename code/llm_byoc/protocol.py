@@ -281,6 +281,19 @@ class AddSequence:
     adapter: str = ""  # a registered adapter's name; "": the base model
     session_id: str = ""  # an open stateful session (engine/session_pins.py)
 
+    def check_prompt(self, max_model_len: int, vocab_size: int, kv_note: str = "") -> None:
+        """InvalidRequest unless the prompt fits the context window with one new token and every id is
+        in the vocabulary: what either engine checks before it takes a sequence."""
+        ids = self.prompt_token_ids
+        if not ids:
+            raise InvalidRequest("the prompt is empty")
+        if len(ids) + 1 > max_model_len:
+            raise InvalidRequest(f"the prompt has {len(ids)} tokens; the context window is {max_model_len} "
+                                 f"tokens (prompt + at least 1 new token){kv_note}")
+        for t in ids:
+            if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab_size:
+                raise InvalidRequest(f"token id {t!r} is not in the vocabulary (0..{vocab_size - 1})")
+
 
 @dataclass(frozen=True)
 class AbortSequence:
@@ -318,6 +331,19 @@ class EngineOutputs:
 @dataclass(frozen=True)
 class HealthRequest:
     pass
+
+
+@dataclass(frozen=True)
+class MetricsRequest:
+    """Front end -> engine: the engine's own Prometheus series, for ``/metrics`` (answered by EngineMetrics)."""
+
+
+@dataclass(frozen=True)
+class EngineMetrics:
+    """The engine's own series in Prometheus' text format: vLLM's ``vllm:*`` with that engine,
+    empty with ours (whose figures travel in HealthReport and are exported by the front end)."""
+
+    text: str = ""
 
 
 @dataclass(frozen=True)
@@ -399,6 +425,8 @@ _CODEC = MessageCodec(
         SequenceRejected,
         EngineOutputs,
         HealthRequest,
+        MetricsRequest,
+        EngineMetrics,
         SessionCommand,
         SessionReply,
         KVCacheStats,

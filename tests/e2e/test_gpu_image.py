@@ -56,7 +56,7 @@ def test_image_defaults_to_cuda_and_asks_the_toolkit_for_compute(gpu_image):
     assert config["Config"]["Entrypoint"] == ["serve"]
     size = config["Size"]
     print(f"{gpu_image}: {size / 1e9:.2f} GB")
-    assert 3e9 < size < 9e9  # the CUDA libraries are in (the CPU image is ~1.8 GB), nothing much else
+    assert 6e9 < size < 12e9  # torch + CUDA libraries (~5 GB) and vLLM (~4 GB) are in; the CPU image is ~1.7 GB
 
 
 def test_torch_is_the_cuda_build_and_the_cuda_libraries_load(gpu_image):
@@ -72,6 +72,33 @@ def test_torch_is_the_cuda_build_and_the_cuda_libraries_load(gpu_image):
     major, minor = report["torch_cuda"].split(".")
     assert report["cudart_version"] == 1000 * int(major) + 10 * int(minor)  # the runtime answers: it loaded
     assert report["cudart_devices"] == "error 35"  # cudaErrorInsufficientDriver: no driver mounted here
+
+
+def test_vllm_is_installed_beside_the_package_with_the_same_torch(gpu_image):
+    script = ("import json, torch, transformers, vllm, llm_byoc.engine.vllm_core; "
+              "print(json.dumps({'vllm': vllm.__version__, 'torch': torch.__version__, "
+              "'transformers': transformers.__version__}))")
+    result = docker("run", "--rm", "--entrypoint", "python", gpu_image, "-c", script, timeout=300)
+    versions = json.loads(result.stdout.strip().splitlines()[-1])
+    print(versions)
+    assert versions["vllm"] == "0.32.0" and versions["torch"] == "2.13.0+cu130"
+    assert versions["transformers"].startswith("5.19")  # vLLM's pin (<5.20), not ours
+
+
+def test_the_vllm_engine_without_a_gpu_exits_with_one_clear_line(gpu_image, model_dir):
+    name = f"llm-byoc-e2e-gpu-vllm-{uuid.uuid4().hex[:8]}"
+    docker("run", "-d", "--name", name, "-v", f"{model_dir}:/opt/ml/model:ro", "-e", "LLM_BYOC_ENGINE=vllm",
+           "-e", "LLM_BYOC_DEVICE=auto", gpu_image, "serve")
+    try:
+        exit_code = int(docker("wait", name, timeout=EXIT_WITHIN_S).stdout.strip())
+        logs = docker("logs", name).stderr
+    finally:
+        docker("rm", "-f", name, check=False)
+    print(logs[-3000:])
+    assert exit_code == 1 and "Traceback" not in logs
+    [line] = [line for line in logs.splitlines() if "vLLM could not load the model" in line and "ERROR" in line
+              and "engine dead" not in line]
+    assert "vLLM 0.32.0 finds no device it can run on" in line and "LLM_BYOC_ENGINE=native" in line
 
 
 def test_serve_without_a_gpu_exits_with_one_clear_line(gpu_image, model_dir):
@@ -98,6 +125,8 @@ def test_auto_without_a_gpu_serves_on_the_cpu_and_says_so(gpu_image, model_dir):
         response = requests.post(f"{url}/invocations", json={"inputs": "Hello", "parameters": {"max_new_tokens": 4}},
                                  timeout=120)
         assert response.status_code == 200 and isinstance(response.json()[0]["generated_text"], str)
+        engine = requests.get(f"{url}/ping", timeout=10).json()["engine"]
         logs = docker("logs", name).stderr
+    assert engine["name"] == "native" and "no CUDA device" in engine["reason"]  # auto: vLLM only on a GPU
     assert "LLM_BYOC_DEVICE=auto, but torch 2.13.0" in logs and "Running on the CPU instead" in logs
     assert "engine ready: /opt/ml/model (cpu, float32)" in logs

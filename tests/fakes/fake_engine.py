@@ -68,6 +68,7 @@ class FakeEngine:
     adapters_used: list = field(default_factory=list)  # the adapter of each submitted request
     sessions: set = field(default_factory=set)  # open stateful sessions
     sessions_used: list = field(default_factory=list)  # the session of each submitted request
+    metrics_text: str = ""  # what engine_metrics() returns (a vLLM engine's own series)
 
     def shutdown(self) -> None:
         self.shut_down = True
@@ -82,6 +83,10 @@ class FakeEngine:
     def health(self) -> HealthReport:
         info = ModelInfo("fake", "/opt/ml/model/fake-model", 256, 512, [EOS], "cpu", "float32", 8, 0.1)
         return HealthReport(self.state, "fake", info if self.state is EngineState.READY else None)
+
+    def engine_metrics(self) -> str:
+        return self.metrics_text
+
 
     def register_adapter(self, name: str, src: str, preload: bool = False) -> list:
         if name in self.adapters:

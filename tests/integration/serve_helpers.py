@@ -88,6 +88,7 @@ class Server:
     """The real ``serve`` as a subprocess on a free port (``command`` replaces it, e.g. FAKE_SERVE)."""
 
     def __init__(self, model_dir: Path, log_path: Path, command: list[str] | None = None, **env: str):
+        self.model_dir = model_dir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         socket_path = os.path.join(tempfile.mkdtemp(prefix="llmb"), "engine.sock")

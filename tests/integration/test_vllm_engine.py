@@ -103,6 +103,30 @@ def test_ping_names_the_engine_and_why(servers):
         assert f'llm_byoc_engine_info{{engine="{engine}"' in metrics
 
 
+def test_ping_and_metrics_report_the_kv_cache_and_vllm_s_own_series(servers):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    body = {"inputs": PROMPTS[1] * 70, "parameters": {"max_new_tokens": 4}}  # ~350 tokens: vLLM's CPU blocks are 128
+    for engine, server in servers.items():
+        for _ in range(2):  # the second finds the first's whole blocks in the prefix cache
+            assert post(server, "/invocations", body).status_code == 200
+        kv = requests.get(f"{server.url}/ping", timeout=5).json()["kv_cache"]
+        assert kv["blocks_total"] > 0 and kv["tokens_capacity"] == kv["blocks_total"] * kv["block_size"], (engine, kv)
+        assert kv["prefix_queried_tokens"] > 0 and 0 < kv["prefix_hit_tokens"] <= kv["prefix_queried_tokens"], (engine, kv)
+        text = requests.get(f"{server.url}/metrics", timeout=5).text
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        model_name = os.path.basename(str(server.model_dir).rstrip("/"))
+        for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"):
+            assert text.count(f"# TYPE {name} ") == 1, (engine, name)  # vLLM's own replace our copies
+            assert families[name].samples[0].labels["model_name"] == model_name, (engine, families[name].samples)
+        assert families["llm_byoc_kv_cache_blocks"].samples, engine
+        if engine == "vllm":  # vLLM's own series, which ours has not
+            assert families["vllm:num_requests_running"].samples[0].labels["engine"] == "0"
+            assert families["vllm:generation_tokens"].samples[0].value >= 8
+            assert families["vllm:prefix_cache_hits"].samples[0].value > 0
+            assert "vllm:time_to_first_token_seconds" in families
+
+
 def test_greedy_text_is_the_same_on_both_engines(servers):
     texts = {engine: [greedy(server, p) for p in PROMPTS] for engine, server in servers.items()}
     assert texts["vllm"] == texts["native"]
@@ -205,6 +229,9 @@ def test_a_client_that_leaves_frees_its_sequence(servers):
     with post(server, "/invocations", body, stream=True) as response:
         events = iter_sse_payloads(response.iter_content(chunk_size=None))
         next(events), next(events)
+        deadline = time.monotonic() + 5  # /ping is a view refreshed every 0.25 s, vLLM's figures a step behind
+        while _running(server) != 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert _running(server) == 1
     deadline = time.monotonic() + 15
     while _running(server) and time.monotonic() < deadline:

@@ -59,3 +59,65 @@ def test_refresher_sets_the_vllm_gauges_next_to_ours():
     values, _ = scraped(m)
     assert values[("vllm:num_requests_waiting", MODEL)] == 0
     assert values[("vllm:kv_cache_usage_perc", MODEL)] == 0.0
+
+
+VLLM_SERIES = """# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="smollm2"} 3.0
+# HELP vllm:generation_tokens_total Number of generation tokens processed.
+# TYPE vllm:generation_tokens_total counter
+vllm:generation_tokens_total{engine="0",model_name="smollm2"} 96.0
+"""
+
+
+def test_a_vllm_engine_s_own_series_replace_our_copies_of_the_same_names():
+    info = ModelInfo("llama", "/opt/ml/model/smollm2", 49152, 4096, [2], "cpu", "float32", max_num_seqs=16,
+                     load_time_s=1.0, engine="vllm")
+    asked = []
+
+    class Engine:
+        def health(self):
+            return HealthReport(EngineState.READY, info=info, num_waiting=1, num_running=12,
+                                kv_cache=KVCacheStats(16, 100, 80, 0, 1280))
+
+        def engine_metrics(self):
+            asked.append(True)
+            return VLLM_SERIES
+
+    m = ServingMetrics()
+    engine_text = metrics_module.engine_refresher(Engine(), m)()
+    assert asked and engine_text == VLLM_SERIES
+    text = metrics_module.with_engine_series(m.render()[0], engine_text).decode()
+    parsed = {f.name: f for f in text_string_to_metric_families(text)}  # the parser refuses a family twice
+    assert text.count("# TYPE vllm:num_requests_running ") == 1
+    running = {tuple(sorted(s.labels.items())): s.value for s in parsed["vllm:num_requests_running"].samples}
+    assert running == {(("engine", "0"), ("model_name", "smollm2")): 3.0}  # vLLM's, not our copy (12)
+    assert parsed["vllm:generation_tokens"].samples[0].value == 96.0
+    # ours stay: those vLLM does not export, and every llm_byoc_* series
+    assert parsed["vllm:num_requests_waiting"].samples[0].value == 1
+    assert parsed["llm_byoc_num_requests_running"].samples[0].value == 12
+
+
+def test_our_engine_is_not_asked_for_series_of_its_own():
+    info = ModelInfo("llama", "/opt/ml/model/smollm2", 49152, 4096, [2], "cpu", "float32", max_num_seqs=16,
+                     load_time_s=1.0)
+
+    class Engine:
+        def health(self):
+            return HealthReport(EngineState.READY, info=info)
+
+        def engine_metrics(self):
+            raise AssertionError("a round trip for nothing")
+
+    assert metrics_module.engine_refresher(Engine(), ServingMetrics())() == ""
+    ours = ServingMetrics().render()[0]
+    assert metrics_module.with_engine_series(ours, "") == ours
+
+
+def test_families_split_an_exposition_at_each_header():
+    text = ("# HELP a_total A.\n# TYPE a_total counter\na_total 1.0\n"
+            "# TYPE b gauge\nb{x=\"1\"} 2.0\nb{x=\"2\"} 3.0\n")
+    assert metrics_module.families(text) == [
+        ("a_total", "# HELP a_total A.\n# TYPE a_total counter\na_total 1.0\n"),
+        ("b", "# TYPE b gauge\nb{x=\"1\"} 2.0\nb{x=\"2\"} 3.0\n"),
+    ]

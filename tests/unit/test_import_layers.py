@@ -66,6 +66,7 @@ DEFERRED: dict[tuple[str, str], str] = {
     ("llm_byoc.bench.targets", "llm_byoc.client"): "boto3 only for the SageMaker endpoint target",
     # LLM_BYOC_ENGINE=vllm: the loaders' torch in the engine process only when vLLM (which imports it anyway) is the engine
     ("llm_byoc.engine.vllm_core", "llm_byoc.models.loader"): "torch only when vLLM is the engine",
+    ("llm_byoc.engine.vllm_core", "llm_byoc.models.footprint"): "loaded with the rest of vLLM's start",
     ("llm_byoc.engine.vllm_core", "llm_byoc.worker.kv_sizing"): "torch only when vLLM is the engine",
     ("llm_byoc.engine.vllm_core", "llm_byoc.worker.loading"): "torch only when vLLM is the engine",
 }

@@ -2,11 +2,13 @@ import pytest
 
 from llm_byoc.errors import InvalidRequest
 from llm_byoc.protocol import (
+    EngineMetrics,
     EngineOutputs,
     EngineState,
     FinishReason,
     HealthReport,
     KVCacheStats,
+    MetricsRequest,
     ModelInfo,
     NewSequence,
     ProtocolError,
@@ -36,6 +38,9 @@ def test_messages_round_trip_with_nested_dataclasses_and_enums():
     assert decode(encode(report)) == report
     outputs = EngineOutputs([SequenceUpdate("a", [1], None, FinishReason.STOP, 3)])
     assert decode(encode(outputs)).updates[0].finish_reason is FinishReason.STOP
+    assert decode(encode(MetricsRequest())) == MetricsRequest()
+    series = EngineMetrics("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 2.0\n")
+    assert decode(encode(series)) == series
 
 
 def test_stop_strings_are_a_tuple_after_decoding():

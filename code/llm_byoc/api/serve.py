@@ -113,6 +113,14 @@ def child_env(config: ServerConfig) -> dict[str, str]:
     return env
 
 
+def engine_env(config: ServerConfig) -> dict[str, str]:
+    """The engine's series travel to /metrics over its socket (vLLM's, EngineMetrics), never through
+    the HTTP workers' metrics folder, where the workers would add them up a second time."""
+    env = child_env(config)
+    env.pop(ENV_PROMETHEUS_MULTIPROC_DIR, None)
+    return env
+
+
 def gunicorn_env(config: ServerConfig) -> dict[str, str]:
     """Several HTTP workers share their Prometheus metrics through a folder."""
     env = child_env(config)
@@ -134,7 +142,7 @@ class Supervisor:
 
     def start(self) -> None:
         if not self.config.multi_model:
-            self._add("engine", start_child("engine", engine_command(), child_env(self.config)))
+            self._add("engine", start_child("engine", engine_command(), engine_env(self.config)))
         elif MultiModelConfig.from_env().backend == "triton":
             self._add("tritonserver", start_child("tritonserver", triton_command()))
         self._add("gunicorn", start_child("gunicorn", gunicorn_command(self.config), gunicorn_env(self.config)))

@@ -3,6 +3,7 @@
     ecr       create the ECR repository if missing; print the image URI
     role      create the SageMaker execution role if missing; print its ARN
     package   model folder or .gguf -> model.tar.gz on S3 (with progress)
+    size      which GPU instances a model folder fits (weights + KV per GPU at their tensor parallel)
     create    dedicated endpoint (GPU, latency) or --multi-model (CPU, cost)
     add-model upload another model.tar.gz under a multi-model endpoint's prefix
     autoscale target tracking on invocations per instance (or --disable)
@@ -87,6 +88,14 @@ def _add_artifact_commands(sub, common: list) -> None:
     p.add_argument("--s3-uri", help="s3://bucket/key.tar.gz or s3://bucket/prefix/ (default: the SageMaker bucket)")
     p.add_argument("--output", help="also keep the archive at this local path")
 
+    p = sub.add_parser("size", parents=common, help="the GPU instances a model folder fits, and at what tensor parallel")
+    p.add_argument("model_path", help="Hugging Face model folder (config.json + .safetensors)")
+    p.add_argument("--instance-type", help="only this instance (default: every GPU instance type)")
+    p.add_argument("--dtype", choices=("auto", "float32", "float16", "bfloat16"), default="auto")
+    p.add_argument("--max-model-len", type=int, help="context length (default: the model's, capped at 4096)")
+    p.add_argument("--tensor-parallel-size", type=int, help="default: the instance's GPUs (a divisor of the heads)")
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="LLM_BYOC_GPU_MEMORY_UTILIZATION")
+
 
 def _add_create(sub, common: list) -> None:
     p = sub.add_parser("create", parents=common, help="create an endpoint")
@@ -103,6 +112,8 @@ def _add_create(sub, common: list) -> None:
     p.add_argument("--startup-timeout", type=int, default=900, help="container health check timeout, 60..3600 s")
     p.add_argument("--download-timeout", type=int, default=1200, help="model download timeout, 60..3600 s")
     p.add_argument("--volume-size-gb", type=int, help="EBS volume (only instance types without NVMe storage)")
+    p.add_argument("--no-size-check", action="store_true",
+                   help="create even where --model-path does not fit the GPU instance (see the size command)")
     _engine_options(p)
     _wait_options(p)
 
@@ -221,7 +232,8 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
 
     handler = {**commands.HANDLERS, **component_commands.HANDLERS}[args.command]
     try:
-        gateway = make_gateway(args.region, args.profile, args.dry_run, out=out)
+        local = args.command in commands.LOCAL_COMMANDS  # reads local files only: no AWS session
+        gateway = None if local else make_gateway(args.region, args.profile, args.dry_run, out=out)
         return handler(args, gateway, out)
     except DeployError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -31,7 +31,7 @@ from ..config import (
     ENV_SERVER_TIMEOUT,
     ENV_TENSOR_PARALLEL_SIZE,
 )
-from . import autoscale, ecr, endpoints, package, role
+from . import autoscale, ecr, endpoints, package, role, sizing
 from .errors import DeployError, EndpointFailed
 from .gateway import AwsGateway
 from .specs import DEFAULT_CPU_INSTANCE, DEFAULT_GPU_INSTANCE, EndpointSpec, timestamp
@@ -113,21 +113,64 @@ def cmd_package(args, gateway: AwsGateway, out: TextIO) -> int:
     return 0
 
 
+def cmd_size(args, gateway: AwsGateway, out: TextIO) -> int:
+    """One line per GPU instance type (or the one asked for): fits or not, per-GPU need, sequences."""
+    model = sizing.read_model(Path(args.model_path).expanduser(), args.dtype, args.max_model_len)
+    print(sizing.describe(model, args.dtype), file=out)
+    types = [args.instance_type] if args.instance_type else list(sizing.GPU_INSTANCES)
+    for instance_type in types:
+        result = sizing.fit(instance_type, model, args.tensor_parallel_size, args.gpu_memory_utilization)
+        if result is None:
+            raise DeployError(f"{instance_type} is not a GPU instance type sizing knows ({', '.join(sizing.GPU_INSTANCES)})")
+        print(result.line(), file=out)
+    return 0
+
+
+def size_for_create(args, instance_type: str, env: dict[str, str]) -> dict[str, str]:
+    """Before anything is created: a local --model-path on a GPU instance is sized (sizing.py); one that
+    does not fit stops here and names the smallest instance it fits. The tensor parallel degree of the
+    instance (its GPUs, a divisor of the heads) goes into the environment unless set. Returns the env."""
+    if not args.model_path or instance_type not in sizing.GPU_INSTANCES or env.get(ENV_ENGINE) == "native":
+        return env
+    folder = Path(args.model_path).expanduser()
+    if not folder.is_dir():
+        return env  # a .gguf: our engine only, on one GPU
+    if not any(folder.glob("*.safetensors")):
+        print(f"{folder.name}: not sized (no .safetensors weights to read the size from)", file=sys.stderr)
+        return env
+    dtype = env.get(ENV_DTYPE, "auto")
+    max_len = int(env[ENV_MAX_MODEL_LEN]) if env.get(ENV_MAX_MODEL_LEN) else None
+    model = sizing.read_model(folder, dtype, max_len)
+    tp = int(env[ENV_TENSOR_PARALLEL_SIZE]) if env.get(ENV_TENSOR_PARALLEL_SIZE) else None
+    result = sizing.fit(instance_type, model, tp)
+    print(f"{folder.name}: {sizing.describe(model, dtype)}", file=sys.stderr)
+    print(result.line(), file=sys.stderr)
+    if not result.fits and not args.no_size_check:
+        best = sizing.smallest_fit(model)
+        hint = f"the smallest that fits: {best.line()}" if best else "no single instance type here holds it"
+        raise DeployError(f"{folder.name} does not fit {instance_type} ({result.need_gib:.1f} GiB per GPU needed, "
+                          f"{result.usable_gib:.1f} usable); {hint}; --no-size-check creates it anyway")
+    if result.gpus > 1 and ENV_TENSOR_PARALLEL_SIZE not in env:
+        env = {**env, ENV_TENSOR_PARALLEL_SIZE: str(result.tensor_parallel)}
+    return env
+
+
 def cmd_create(args, gateway: AwsGateway, out: TextIO) -> int:
     if not (args.multi_model or args.model_data or args.model_path or ENV_MODEL in environment(args)):
         raise DeployError(f"pass --model-data s3://.../model.tar.gz or --model-path DIR (or --env {ENV_MODEL}=...)")
     if args.multi_model and args.model_path:
         raise DeployError("a multi-model endpoint serves an S3 prefix: pass --model-data s3://.../, then use add-model")
     pending_data = "s3://pending/model.tar.gz" if args.model_path else args.model_data
+    instance_type = args.instance_type or (DEFAULT_CPU_INSTANCE if args.multi_model else DEFAULT_GPU_INSTANCE)
     spec = EndpointSpec(  # validated now, before any AWS call or upload
         name=args.name,
         image=args.image,
         role_arn=args.role if args.role.startswith("arn:") else _PLACEHOLDER_ROLE,
         model_data=pending_data,
         multi_model=args.multi_model,
-        instance_type=args.instance_type or (DEFAULT_CPU_INSTANCE if args.multi_model else DEFAULT_GPU_INSTANCE),
+        instance_type=instance_type,
         instance_count=args.instance_count,
-        environment=environment(args),
+        environment=size_for_create(args, instance_type, environment(args)),
         startup_timeout_s=args.startup_timeout,
         download_timeout_s=args.download_timeout,
         volume_size_gb=args.volume_size_gb,
@@ -243,10 +286,12 @@ def cmd_list(args, gateway: AwsGateway, out: TextIO) -> int:
     return 0
 
 
+LOCAL_COMMANDS = {"size"}
 HANDLERS = {
     "ecr": cmd_ecr,
     "role": cmd_role,
     "package": cmd_package,
+    "size": cmd_size,
     "create": cmd_create,
     "add-model": cmd_add_model,
     "autoscale": cmd_autoscale,

@@ -122,6 +122,10 @@ class EngineCore:
                 lora=sched.lora_stats(len(self._adapters.registry)) if sched else None,
             )
 
+    def metrics_text(self) -> str:
+        """Nothing: the front end exports our engine's figures from health()."""
+        return ""
+
     @property
     def state(self) -> EngineState:
         if self._dead_detail is not None:

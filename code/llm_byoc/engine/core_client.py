@@ -34,6 +34,8 @@ class CoreClient(Protocol):
 
     def health(self, timeout_s: float | None = None) -> HealthReport: ...
 
+    def engine_metrics(self, timeout_s: float) -> str: ...
+
     def wait_ready(self, timeout_s: float | None) -> None: ...
 
     def shutdown(self) -> None: ...
@@ -75,6 +77,9 @@ class InProcessCore:
 
     def health(self, timeout_s: float | None = None) -> HealthReport:
         return self.core.health()  # in this process: never waits
+
+    def engine_metrics(self, timeout_s: float) -> str:
+        return self.core.metrics_text()
 
     def wait_ready(self, timeout_s: float | None) -> None:
         self.core.wait_ready(timeout_s)

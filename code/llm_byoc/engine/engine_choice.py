@@ -37,6 +37,9 @@ class Core(Protocol):
 
     def health(self) -> HealthReport: ...
 
+    def metrics_text(self) -> str:
+        """The engine's own Prometheus series (vLLM's), "" when the front end exports them all."""
+
     @property
     def state(self) -> EngineState: ...
 

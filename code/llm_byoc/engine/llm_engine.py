@@ -45,6 +45,7 @@ __all__ = ["LLMEngine", "RequestHandle"]
 log = logging.getLogger(__name__)
 
 ADAPTER_TIMEOUT_S = 120.0  # a preload reads the adapter's weights
+METRICS_TIMEOUT_S = 5.0  # a /metrics scrape waits this long for the engine's own series
 
 
 class LLMEngine:
@@ -104,6 +105,10 @@ class LLMEngine:
                 threading.Thread(target=self._warm, name="tokenizer-warm", daemon=True).start()
             return dataclasses.replace(report, state=EngineState.LOADING, detail="loading the tokenizer")
         return report
+
+    def engine_metrics(self, timeout_s: float = METRICS_TIMEOUT_S) -> str:
+        """The engine's own Prometheus series for ``/metrics`` (vLLM's ``vllm:*``; "" with ours)."""
+        return self._core.engine_metrics(timeout_s)
 
     def _warm(self, when_ready: bool = False) -> None:
         if when_ready:

@@ -30,6 +30,7 @@ from ..protocol import (
     EngineState,
     HealthReport,
     HealthRequest,
+    MetricsRequest,
     SessionCommand,
     SessionReply,
 )
@@ -94,6 +95,10 @@ class RemoteCore:
             return HealthReport(EngineState.DEAD, exc.message)
         except RequestTimeout:
             return HealthReport(EngineState.DEAD, "the engine server is not answering")
+
+    def engine_metrics(self, timeout_s: float) -> str:
+        """The engine's own Prometheus series (EngineMetrics.text); EngineDead/RequestTimeout as a call."""
+        return self._call(MetricsRequest(), timeout_s, lock_timeout_s=timeout_s).text
 
     def wait_ready(self, timeout_s: float | None) -> None:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s

@@ -451,19 +451,7 @@ class Scheduler:
     def _validate(self, request: AddSequence) -> None:
         limits = self.limits
         request.params.validate(limits.max_new_tokens_limit)
-        ids = request.prompt_token_ids
-        if not ids:
-            raise InvalidRequest("the prompt is empty")
-        if len(ids) + 1 > limits.max_model_len:
-            raise InvalidRequest(
-                f"the prompt has {len(ids)} tokens; the context window is "
-                f"{limits.max_model_len} tokens (prompt + at least 1 new token){self._kv_note()}"
-            )
-        for t in ids:
-            if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < limits.vocab_size:
-                raise InvalidRequest(
-                    f"token id {t!r} is not in the vocabulary (0..{limits.vocab_size - 1})"
-                )
+        request.check_prompt(limits.max_model_len, limits.vocab_size, self._kv_note())
         if request.seq_id in self._running or any(s.seq_id == request.seq_id for s in self._waiting):
             raise InvalidRequest(f"sequence {request.seq_id!r} is already in the engine")
 

@@ -44,6 +44,9 @@ class RequestStream(Protocol):
 class ServingEngine(Protocol):
     def health(self) -> HealthReport: ...
 
+    def engine_metrics(self) -> str:
+        """The engine's own Prometheus series, appended to ``/metrics`` (vLLM's ``vllm:*``; "" for ours)."""
+
     @property
     def tokenizer(self) -> Any:
         """The served model's tokenizer (chat templates, token counts); EngineNotReady until loaded."""

@@ -19,7 +19,16 @@ from typing import Any
 from ..adapters.messages import AdapterCommand
 from ..errors import ServingError
 from ..process.channel import BadFrame, Channel
-from ..protocol import AbortSequence, AddSequence, EngineOutputs, HealthRequest, SequenceRejected, SessionCommand
+from ..protocol import (
+    AbortSequence,
+    AddSequence,
+    EngineMetrics,
+    EngineOutputs,
+    HealthRequest,
+    MetricsRequest,
+    SequenceRejected,
+    SessionCommand,
+)
 from .engine_choice import Core
 from .engine_socket import PUSH
 
@@ -69,6 +78,8 @@ class FrontConnection:
                 self._core.abort(message.seq_id)
         elif isinstance(message, HealthRequest):
             self.enqueue(self._core.health(), call_id)
+        elif isinstance(message, MetricsRequest):
+            self.enqueue(EngineMetrics(self._core.metrics_text()), call_id)
         elif isinstance(message, (AdapterCommand, SessionCommand)):
             # the reply may come later (a preload)
             self._core.control(message, lambda reply: self.enqueue(reply, call_id))

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..adapters.messages import AdapterCommand, AdapterReply, AdapterSpec, AdapterStatus, LoRAStats
-from ..config import ENV_VLLM_ENABLE_LORA, EngineConfig
+from ..config import ENV_VLLM_ENABLE_LORA, ConfigError, EngineConfig
 from ..errors import (
     EngineDead,
     EngineNotReady,
@@ -40,6 +40,7 @@ from ..protocol import (
     EngineState,
     FinishReason,
     HealthReport,
+    KVCacheStats,
     ModelInfo,
     SequenceRejected,
     SequenceUpdate,
@@ -47,12 +48,62 @@ from ..protocol import (
     SessionReply,
 )
 from ..memory import available_memory, cgroup_memory_limit
+from ..metrics import families
 from . import vllm_mapping
 from .adapter_registry import AdapterRegistry
 
 log = logging.getLogger(__name__)
 
 OutputCallback = Callable[[EngineOutputs], None]
+
+
+class SchedulerFigures:
+    """The latest of vLLM's scheduler figures, as its stat loggers receive them after each step
+    (``stats_logger_class``): queue lengths and the KV cache's block use, and the prefix-cache
+    and preemption counts added up since start. What ``/ping`` and ``/metrics`` report with vLLM."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.running = self.waiting = 0
+        self.kv_usage = 0.0  # blocks held by running requests over all blocks (vLLM's kv_cache_usage)
+        self.prefix_queried = self.prefix_hits = self.preemptions = 0
+
+    def record(self, scheduler_stats, iteration_stats) -> None:
+        with self._lock:
+            if scheduler_stats is not None:
+                self.running, self.waiting = scheduler_stats.num_running_reqs, scheduler_stats.num_waiting_reqs
+                self.kv_usage = scheduler_stats.kv_cache_usage
+                prefix = scheduler_stats.prefix_cache_stats
+                if prefix is not None:  # vLLM's counts since its last step
+                    self.prefix_queried += prefix.queries
+                    self.prefix_hits += prefix.hits
+            if iteration_stats is not None:
+                self.preemptions += iteration_stats.num_preempted_reqs
+
+    def kv_stats(self, block_size: int, blocks_total: int, idle: bool) -> KVCacheStats:
+        """In our KVCacheStats: vLLM counts whole blocks (tokens_used is blocks x block size) and does
+        not report cached blocks (0); an idle engine holds none."""
+        with self._lock:
+            used = 0 if idle else min(blocks_total, round(self.kv_usage * blocks_total))
+            return KVCacheStats(block_size, blocks_total, used, 0, used * block_size,
+                                self.prefix_queried, self.prefix_hits, self.preemptions)
+
+
+def stats_logger_class(figures: SchedulerFigures):
+    """A vLLM stat logger (its documented extension point) that hands each step's stats to ``figures``."""
+    from vllm.v1.metrics.loggers import StatLoggerBase
+
+    class FiguresLogger(StatLoggerBase):
+        def __init__(self, vllm_config, engine_index: int = 0):
+            pass
+
+        def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx: int = 0):
+            figures.record(scheduler_stats, iteration_stats)
+
+        def log_engine_initialized(self):
+            pass
+
+    return FiguresLogger
 
 
 @dataclass
@@ -71,6 +122,8 @@ class VllmCore:
         self._engine_reason = engine_reason
         self._cond = threading.Condition()
         self._engine = None  # vllm LLMEngine, once loaded (the step loop's alone)
+        self._figures = SchedulerFigures()
+        self._kv_blocks = 0  # blocks in vLLM's KV cache, once loaded
         self._info: ModelInfo | None = None
         self._dead_detail: str | None = None
         self._adds: list[tuple[AddSequence, object, object]] = []  # (request, vllm params, LoRARequest)
@@ -93,15 +146,8 @@ class VllmCore:
             self._raise_unless_ready()
             info = self._info
             params = request.params.validate(self.config.max_new_tokens_limit)
+            request.check_prompt(info.max_model_len, info.vocab_size)
             ids = request.prompt_token_ids
-            if not ids:
-                raise InvalidRequest("the prompt is empty")
-            if len(ids) + 1 > info.max_model_len:
-                raise InvalidRequest(f"the prompt has {len(ids)} tokens; the context window is "
-                                     f"{info.max_model_len} tokens (prompt + at least 1 new token)")
-            for t in ids:
-                if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < info.vocab_size:
-                    raise InvalidRequest(f"token id {t!r} is not in the vocabulary (0..{info.vocab_size - 1})")
             if request.seq_id in self._live:
                 raise InvalidRequest(f"sequence {request.seq_id!r} is already in the engine")
             if len(self._live) >= info.max_num_seqs + self.config.max_waiting:
@@ -195,18 +241,30 @@ class VllmCore:
     # --- state ----------------------------------------------------------------------
 
     def health(self) -> HealthReport:
+        """Queue lengths from vLLM's scheduler (a sequence not yet handed to vLLM is waiting), its KV
+        cache in our KVCacheStats (SchedulerFigures.kv_stats)."""
         with self._cond:
             state = self.state
-            running = min(len(self._live), self._info.max_num_seqs) if self._info else 0
-            lora = None
+            running = min(self._figures.running, len(self._live))
+            lora = kv = None
             if self._info is not None:
                 active = sorted({live.adapter for live in self._live.values() if live.adapter})
                 lora = LoRAStats(self.config.max_loras, self.config.max_cpu_loras, len(self._adapters or ()), 0,
                                  active, active, [])
+                kv = self._figures.kv_stats(self._info.kv_block_size, self._kv_blocks,
+                                            idle=not self._live and not self._busy)
             detail = {EngineState.READY: "ready", EngineState.DEAD: self._dead_detail,
                       EngineState.LOADING: "loading the model into vLLM"}[state]
             return HealthReport(state=state, detail=detail or "", info=self._info,
-                                num_waiting=len(self._live) - running, num_running=running, lora=lora)
+                                num_waiting=len(self._live) - running, num_running=running, kv_cache=kv, lora=lora)
+
+    def metrics_text(self) -> str:
+        """vLLM's own ``vllm:*`` series (its Prometheus stat logger writes them to this process's
+        default registry), for the front end's ``/metrics``."""
+        from prometheus_client import REGISTRY, generate_latest
+
+        return "".join(block for name, block in families(generate_latest(REGISTRY).decode())
+                       if name.startswith("vllm:"))
 
     @property
     def state(self) -> EngineState:
@@ -231,14 +289,18 @@ class VllmCore:
 
     def _run(self) -> None:
         try:
-            engine, info = _load(self.config, self._engine_reason, self._lora)
+            engine, info = _load(self.config, self._engine_reason, self._lora, self._figures)
         except Exception as exc:  # one clear line; the server then exits non-zero
-            detail = exc.message if isinstance(exc, ServingError) else f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, ServingError):
+                detail = exc.message
+            else:
+                detail = str(exc) if isinstance(exc, ConfigError) else _one_line(exc)
             log.error("vLLM could not load the model: %s", detail)
             self._die(f"vLLM could not load the model: {detail}")
             return
         with self._cond:
             self._engine, self._adapters = engine, AdapterRegistry(self.config, info)
+            self._kv_blocks = engine.vllm_config.cache_config.num_gpu_blocks or 0
             try:
                 self._adapters.register_folder(self.config.adapters_dir, self.config.adapters_optional)
             except ServingError as exc:
@@ -314,6 +376,19 @@ class VllmCore:
             engine.engine_core.shutdown()
 
 
+def _one_line(exc: Exception) -> str:
+    """vLLM's refusal in one log line: a pydantic ValidationError (a VllmConfig vLLM refuses) by its
+    messages alone, anything else by its type and first line."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        try:
+            return "vLLM refused the configuration: " + "; ".join(str(e.get("msg", e)) for e in errors())
+        except Exception:  # not pydantic's errors() after all
+            pass
+    first = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {first[0] if first else ''}"
+
+
 def _lora_request(spec: AdapterSpec):
     """vLLM's request for a registered adapter; its int id is the registration's number (uid "name#n"),
     so a name registered again is another adapter to vLLM too."""
@@ -322,10 +397,12 @@ def _lora_request(spec: AdapterSpec):
     return LoRARequest(spec.name, int(spec.uid.rsplit("#", 1)[1]), spec.path)
 
 
-def _load(config: EngineConfig, reason: str, enable_lora: bool):
-    """vLLM's engine for the configured model and its ModelInfo (with what adapters may target)."""
+def _load(config: EngineConfig, reason: str, enable_lora: bool, figures: SchedulerFigures):
+    """vLLM's engine for the configured model and its ModelInfo (with what adapters may target);
+    its scheduler's figures go to ``figures`` after each step."""
     import torch
 
+    from ..models.footprint import read_footprint
     from ..models.loader import check_readable, local_folder, read_model_config, resolve_dtype
     from ..worker.kv_sizing import cpu_kv_budget
     from ..worker.loading import eos_token_ids, model_max_len, read_generation_eos
@@ -334,6 +411,10 @@ def _load(config: EngineConfig, reason: str, enable_lora: bool):
     folder = local_folder(config.model)
     check_readable(folder)
     vllm_mapping.check_folder_for_vllm(folder)
+    import vllm
+    from vllm.platforms import current_platform
+
+    vllm_mapping.check_platform(current_platform.device_type, vllm.__version__)
     raw = read_model_config(folder)
     device = torch.device("cuda" if torch.cuda.is_available() and config.device != "cpu" else "cpu")
     dtype = str(resolve_dtype(config.dtype, device)).removeprefix("torch.")
@@ -342,15 +423,18 @@ def _load(config: EngineConfig, reason: str, enable_lora: bool):
     if device.type == "cpu":
         kv_bytes, how = cpu_kv_budget(config.kv_cache_memory, cgroup_memory_limit(), available_memory())
         log.info("vLLM KV cache on CPU: %.2f GiB (%s)", kv_bytes / 1024**3, how)
-    facts = vllm_mapping.DeviceFacts(device.type, vllm_mapping.visible_gpus(), kv_bytes)
+    gpu_bytes = torch.cuda.get_device_properties(0).total_memory if device.type == "cuda" else 0
+    facts = vllm_mapping.DeviceFacts(device.type, vllm_mapping.visible_gpus(), kv_bytes, gpu_bytes)
     args = vllm_mapping.engine_args(config, folder, dtype, max_len, facts, enable_lora)
+    footprint = read_footprint(folder, getattr(torch, dtype).itemsize, max_len)
+    vllm_mapping.check_fits(footprint, facts, args["tensor_parallel_size"] * args["pipeline_parallel_size"], config)
     vllm_mapping.omp_threads_default(config)
     log.info("starting vLLM: %s", ", ".join(f"{k}={v}" for k, v in sorted(args.items())))
 
     from vllm import EngineArgs
     from vllm.v1.engine.llm_engine import LLMEngine
 
-    engine = LLMEngine.from_engine_args(EngineArgs(**args))
+    engine = LLMEngine.from_engine_args(EngineArgs(**args), stat_loggers=[stats_logger_class(figures)])
     vllm_config = engine.vllm_config
     model_config = vllm_config.model_config
     eos = eos_token_ids(read_generation_eos(folder), raw.get("eos_token_id"))

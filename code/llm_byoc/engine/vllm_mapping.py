@@ -17,8 +17,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..config import (
+    ENV_ENGINE,
+    ENV_GPU_MEMORY_UTILIZATION,
+    ENV_KV_CACHE_MEMORY,
+    ENV_MAX_MODEL_LEN,
     ENV_PIPELINE_PARALLEL_SIZE,
     ENV_QUANTIZATION,
     ENV_TENSOR_PARALLEL_SIZE,
@@ -27,6 +32,9 @@ from ..config import (
 )
 from ..errors import ModelLoadError
 from ..protocol import FinishReason, SamplingParams, SequenceUpdate, TopLogprobs
+
+if TYPE_CHECKING:
+    from ..models.footprint import Footprint
 
 # vLLM's finish reasons -> ours. "stop" covers EOS and stop token ids (stop strings are the front end's).
 FINISH_REASONS = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": FinishReason.ABORT}
@@ -39,6 +47,36 @@ class DeviceFacts:
     device: str  # "cuda" | "cpu"
     num_gpus: int
     kv_cache_bytes: int | None  # CPU: the pool size our own sizing picks (worker/kv_sizing.py); None on CUDA
+    gpu_memory_bytes: int = 0  # CUDA: the memory of one GPU (they are alike in one instance)
+
+
+GIB = 1024**3
+
+
+def check_fits(footprint: Footprint, facts: DeviceFacts, tensor_parallel: int, config: EngineConfig) -> None:
+    """A model that cannot hold one full-context sequence is one clear line before vLLM starts (vLLM would
+    say so from its engine process, after the load, as a traceback the container log shows out of order).
+    CPU: the KV cache we size must hold one sequence. CUDA: one GPU's share of the weights and of that
+    sequence's KV must fit in LLM_BYOC_GPU_MEMORY_UTILIZATION of its memory; vLLM's own profile at start
+    then decides the rest (activations, CUDA graphs)."""
+    sequence = footprint.sequence_kv_bytes
+    context = f"one {footprint.max_model_len}-token sequence ({ENV_MAX_MODEL_LEN})"
+    if facts.device == "cpu":
+        if facts.kv_cache_bytes is not None and facts.kv_cache_bytes < sequence:
+            raise ConfigError(f"the KV cache ({facts.kv_cache_bytes / GIB:.3f} GiB, {ENV_KV_CACHE_MEMORY}) holds "
+                              f"{facts.kv_cache_bytes // footprint.kv_bytes_per_token} tokens; {context} needs "
+                              f"{sequence / GIB:.3f} GiB: raise {ENV_KV_CACHE_MEMORY} or lower {ENV_MAX_MODEL_LEN}")
+        return
+    usable = facts.gpu_memory_bytes * config.gpu_memory_utilization
+    need = (footprint.weight_bytes + sequence) / tensor_parallel
+    if facts.gpu_memory_bytes and need > usable:
+        raise ConfigError(f"the model does not fit: {footprint.weight_bytes / GIB:.1f} GiB of weights and "
+                          f"{sequence / GIB:.2f} GiB for {context}, at tensor parallel {tensor_parallel}, need "
+                          f"{need / GIB:.1f} GiB per GPU, and {ENV_GPU_MEMORY_UTILIZATION}="
+                          f"{config.gpu_memory_utilization} of a {facts.gpu_memory_bytes / GIB:.1f} GiB GPU is "
+                          f"{usable / GIB:.1f}: use more GPUs ({ENV_TENSOR_PARALLEL_SIZE}; an instance with more: "
+                          f"python -m llm_byoc.deploy size MODEL_DIR), a quantized checkpoint or a shorter "
+                          f"{ENV_MAX_MODEL_LEN}")
 
 
 def engine_args(config: EngineConfig, folder: Path, dtype: str, max_model_len: int, facts: DeviceFacts,
@@ -58,6 +96,8 @@ def engine_args(config: EngineConfig, folder: Path, dtype: str, max_model_len: i
     args = dict(
         model=str(folder),
         tokenizer=str(folder),
+        served_model_name=folder.name,  # the model_name label of its vllm:* series, as our gateway gauges'
+
         dtype=dtype,
         max_model_len=max_model_len,
         trust_remote_code=config.trust_remote_code,
@@ -84,7 +124,7 @@ def engine_args(config: EngineConfig, folder: Path, dtype: str, max_model_len: i
     elif facts.kv_cache_bytes:
         args["kv_cache_memory_bytes"] = facts.kv_cache_bytes
     extra = config.vllm_args
-    clash = sorted(set(extra) & set(args) - {"tokenizer"})
+    clash = sorted(set(extra) & set(args) - {"tokenizer", "served_model_name"})
     if clash:
         raise ConfigError(f"LLM_BYOC_VLLM_ENGINE_ARGS sets {', '.join(clash)}, which our own settings "
                           f"set already (use those: {ENV_QUANTIZATION}, {ENV_TENSOR_PARALLEL_SIZE}, ...)")
@@ -168,6 +208,17 @@ def check_folder_for_vllm(folder: Path) -> None:
     """vLLM reads safetensors from a Hugging Face folder; say so before it tries something else."""
     if not any(folder.glob("*.safetensors")):
         raise ModelLoadError(f"{folder} has no .safetensors weights; LLM_BYOC_ENGINE=vllm loads safetensors only")
+
+
+def check_platform(device_type: str, version: str) -> None:
+    """vLLM's build must find its device: the CUDA build (the GPU image's) on a container that sees no
+    GPU finds none (``vllm.platforms.current_platform.device_type`` is empty) and would fail deep inside
+    with "Device string must not be empty"; this says what to do instead."""
+    if not device_type:
+        raise ConfigError(f"{ENV_ENGINE}=vllm: vLLM {version} finds no device it can run on (this build of vLLM "
+                          f"needs a GPU and the container sees none): start the container with the GPU exposed "
+                          f"(docker run --gpus all; Kubernetes: a nvidia.com/gpu limit), or set {ENV_ENGINE}=native "
+                          f"to serve on the CPU with our engine")
 
 
 def visible_gpus() -> int:

@@ -15,78 +15,23 @@ cache, not in this process's RSS.
 
 from __future__ import annotations
 
-import json
-import math
 import os
-import struct
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from ..errors import ModelLoadError
+from .safetensors_header import INDEX_FILE, SINGLE_FILE, TensorEntry, checkpoint_files, read_header
 
-INDEX_FILE = "model.safetensors.index.json"
-SINGLE_FILE = "model.safetensors"
+__all__ = ["INDEX_FILE", "SINGLE_FILE", "SafetensorsReader", "TensorEntry", "checkpoint_files", "read_header"]
+
 STAGING_BYTES = 8 << 20  # the most a dtype conversion or a device copy holds at once
-_MAX_HEADER_BYTES = 100 << 20
 _DTYPES = {
     "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
     "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
     "BOOL": torch.bool,
 }
-
-
-@dataclass(frozen=True)
-class TensorEntry:
-    path: Path
-    dtype: str  # as the header spells it: "BF16", "F32", ...
-    shape: tuple[int, ...]
-    offset: int  # of the first byte, from the start of the file
-    nbytes: int
-
-
-def checkpoint_files(folder: Path) -> list[Path] | None:
-    """The files transformers would load: the index's shards, else model.safetensors; None if neither."""
-    index = folder / INDEX_FILE
-    if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ModelLoadError(f"{index} is unreadable: {exc}") from None
-        return [folder / name for name in sorted(set(weight_map.values()))]
-    single = folder / SINGLE_FILE
-    return [single] if single.is_file() else None
-
-
-def read_header(path: Path) -> dict[str, TensorEntry]:
-    """The tensors of one file, checked against its size."""
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as handle:
-            (length,) = struct.unpack("<Q", handle.read(8).ljust(8, b"\0"))
-            if not 2 <= length <= min(_MAX_HEADER_BYTES, size - 8):
-                raise ValueError(f"header length {length} does not fit a {size}-byte file")
-            header = json.loads(handle.read(length))
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"{path} is not a readable safetensors file: {exc}") from None
-    entries = {}
-    for name, meta in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            begin, end = meta["data_offsets"]
-            entry = TensorEntry(path, meta["dtype"], tuple(int(d) for d in meta["shape"]), 8 + length + begin,
-                                end - begin)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ModelLoadError(f"{path}: tensor {name} has a malformed header entry ({exc})") from None
-        itemsize = _DTYPES[entry.dtype].itemsize if entry.dtype in _DTYPES else None
-        fits = 0 <= begin <= end and entry.offset + entry.nbytes <= size
-        if not fits or (itemsize is not None and math.prod(entry.shape) * itemsize != entry.nbytes):
-            raise ModelLoadError(f"{path}: tensor {name}'s byte range does not match its shape or the file")
-        entries[name] = entry
-    return entries
 
 
 class SafetensorsReader:

