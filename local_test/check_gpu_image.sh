@@ -109,9 +109,11 @@ serve_check() {  # serve_check STEP ENGINE
 }
 trap 'docker logs "$NAME" >"$OUT/serve_last.log" 2>&1 || true; docker rm -f "$NAME" >/dev/null 2>&1 || true' EXIT
 serve_check 4 native
-if docker run --rm --entrypoint python "$IMAGE" -c "import vllm" 2>/dev/null; then
-  serve_check 5 vllm
-else
+if ! docker run --rm --entrypoint python "$IMAGE" -c "import vllm" 2>/dev/null; then
   echo "== 5. (skipped: $IMAGE has no vLLM; the GPU image built with VLLM_VERSION has it)"
+elif [ "$DEVICE" != cuda ]; then
+  echo "== 5. (skipped: DEVICE=$DEVICE; the image's vLLM is its CUDA build, which needs a GPU)"
+else
+  serve_check 5 vllm
 fi
 echo "== done: $OUT"

@@ -401,6 +401,9 @@ def _load(config: EngineConfig, reason: str, enable_lora: bool, figures: Schedul
     """vLLM's engine for the configured model and its ModelInfo (with what adapters may target);
     its scheduler's figures go to ``figures`` after each step."""
     import torch
+    import vllm
+    from transformers import CONFIG_MAPPING
+    from vllm.platforms import current_platform
 
     from ..models.footprint import read_footprint
     from ..models.loader import check_readable, local_folder, read_model_config, resolve_dtype
@@ -410,12 +413,9 @@ def _load(config: EngineConfig, reason: str, enable_lora: bool, figures: Schedul
     started = time.monotonic()
     folder = local_folder(config.model)
     check_readable(folder)
-    vllm_mapping.check_folder_for_vllm(folder)
-    import vllm
-    from vllm.platforms import current_platform
-
-    vllm_mapping.check_platform(current_platform.device_type, vllm.__version__)
     raw = read_model_config(folder)
+    vllm_mapping.check_folder_for_vllm(folder, raw, config.trust_remote_code, CONFIG_MAPPING)
+    vllm_mapping.check_platform(current_platform.device_type, vllm.__version__)
     device = torch.device("cuda" if torch.cuda.is_available() and config.device != "cpu" else "cpu")
     dtype = str(resolve_dtype(config.dtype, device)).removeprefix("torch.")
     max_len = model_max_len(_AttrDict(raw), config.max_model_len)

@@ -27,6 +27,7 @@ from ..config import (
     ENV_PIPELINE_PARALLEL_SIZE,
     ENV_QUANTIZATION,
     ENV_TENSOR_PARALLEL_SIZE,
+    ENV_TRUST_REMOTE_CODE,
     ConfigError,
     EngineConfig,
 )
@@ -204,10 +205,16 @@ def sequence_update(seq_id: str, output, num_prompt_tokens: int, want_logprobs: 
                           int(output.num_cached_tokens or 0), top)
 
 
-def check_folder_for_vllm(folder: Path) -> None:
-    """vLLM reads safetensors from a Hugging Face folder; say so before it tries something else."""
+def check_folder_for_vllm(folder: Path, raw: dict, trust_remote_code: bool, known_types) -> None:
+    """vLLM reads safetensors from a Hugging Face folder, and runs a model folder's own code only when
+    allowed; say so before it tries. ``known_types``: the model types transformers defines itself."""
     if not any(folder.glob("*.safetensors")):
         raise ModelLoadError(f"{folder} has no .safetensors weights; LLM_BYOC_ENGINE=vllm loads safetensors only")
+    model_type = raw.get("model_type")
+    if raw.get("auto_map") and model_type not in known_types and not trust_remote_code:
+        raise ConfigError(f"model type {model_type!r} is defined by code in the model folder (config.json's "
+                          f"auto_map), which is not run unless {ENV_TRUST_REMOTE_CODE}=true: set it to serve "
+                          f"this model (it runs that code)")
 
 
 def check_platform(device_type: str, version: str) -> None:

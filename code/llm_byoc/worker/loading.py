@@ -142,7 +142,7 @@ def load_model(config: EngineConfig) -> LoadedModel:
 def _model_config(folder: Path, raw: dict, trust_remote_code: bool):
     """(our typed config, None), or (transformers' config, why the native path cannot take the model)."""
     if raw.get("model_type") is not None:
-        check_model_type(raw["model_type"])  # an unsupported family is refused without importing transformers
+        check_model_type(raw["model_type"], raw, trust_remote_code)  # refused without importing transformers
         try:
             model_config = decoder_config(raw)
             return model_config, native_unsupported(model_config, raw, trust_remote_code)

@@ -11,6 +11,7 @@ import pytest
 from llm_byoc.config import ConfigError, EngineConfig
 from llm_byoc.engine import engine_choice, vllm_mapping
 from llm_byoc.engine.core import EngineCore
+from llm_byoc.errors import ModelLoadError
 from llm_byoc.protocol import FinishReason
 
 CPU = vllm_mapping.DeviceFacts("cpu", 0, 2 * 1024**3)
@@ -162,3 +163,14 @@ def test_a_model_that_cannot_hold_one_sequence_is_refused_before_vllm_starts():
     with pytest.raises(ConfigError, match=r"holds 8 tokens; one 4096-token sequence \(LLM_BYOC_MAX_MODEL_LEN\) needs"):
         vllm_mapping.check_fits(llama_8b, tiny_kv, 1, EngineConfig())
     vllm_mapping.check_fits(_footprint(0.25, 23040), CPU, 1, EngineConfig())  # SmolLM2 in 2 GiB of KV
+
+
+def test_vllm_is_not_handed_a_folder_whose_code_it_would_have_to_run(tmp_path):
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    remote = {"model_type": "acme_lm", "auto_map": {"AutoModelForCausalLM": "modeling_acme.AcmeForCausalLM"}}
+    with pytest.raises(ConfigError, match=r"'acme_lm' is defined by code in the model folder .* LLM_BYOC_TRUST_REMOTE_CODE=true"):
+        vllm_mapping.check_folder_for_vllm(tmp_path, remote, False, {"llama"})
+    vllm_mapping.check_folder_for_vllm(tmp_path, remote, True, {"llama"})  # the operator allowed it
+    vllm_mapping.check_folder_for_vllm(tmp_path, {**remote, "model_type": "llama"}, False, {"llama"})  # a known type
+    with pytest.raises(ModelLoadError, match="no .safetensors weights"):
+        vllm_mapping.check_folder_for_vllm(tmp_path / "empty", {"model_type": "llama"}, False, {"llama"})

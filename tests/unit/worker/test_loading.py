@@ -44,6 +44,24 @@ def test_unsupported_family_is_refused_before_loading_weights(tiny_llama_dir, tm
         load_model(EngineConfig(model=folder))
 
 
+def test_an_architecture_that_exists_only_as_remote_code_names_the_setting(tiny_llama_dir, tmp_path):
+    import json
+
+    folder = tmp_path / "remote"
+    shutil.copytree(tiny_llama_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config.update(model_type="acme_lm", auto_map={"AutoConfig": "configuration_acme.AcmeConfig",
+                                                   "AutoModelForCausalLM": "modeling_acme.AcmeForCausalLM"})
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "modeling_acme.py").write_text("raise SystemExit('this must never run')\n")
+    with pytest.raises(ModelLoadError, match=r"'acme_lm' is defined by code in the model folder \(configuration_acme.py, "
+                                             r"modeling_acme.py, .*LLM_BYOC_TRUST_REMOTE_CODE=true \(it runs that code\) "
+                                             r"and LLM_BYOC_ENGINE=vllm serve it"):
+        load_model(EngineConfig(model=str(folder)))
+    with pytest.raises(ModelLoadError, match=r"llama, .* only: LLM_BYOC_ENGINE=vllm serve it"):  # allowed, not ours
+        load_model(EngineConfig(model=str(folder), trust_remote_code=True))
+
+
 def test_rope_that_depends_on_the_batch_is_refused():
     config = LlamaConfig(rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0})
     with pytest.raises(ModelLoadError, match="rope type 'dynamic'"):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from ...config import ENV_ENGINE, ENV_TRUST_REMOTE_CODE
 from ...errors import ModelLoadError
 from ..linear import MakeLinear
 from .activations import ACTIVATIONS
@@ -36,11 +37,22 @@ DECODERS = {
 _PER_BATCH_ROPE = ("dynamic", "longrope")
 
 
-def check_model_type(model_type) -> None:
-    if model_type not in DECODERS:
+def check_model_type(model_type, raw: dict | None = None, trust_remote_code: bool = False) -> None:
+    """ModelLoadError for a family our engine has no decoder for; one whose code ships only in the model
+    folder (config.json's ``auto_map``) is named so, with the settings that would serve it."""
+    if model_type in DECODERS:
+        return
+    supported = ", ".join(sorted(DECODERS))
+    auto_map = (raw or {}).get("auto_map")
+    if isinstance(auto_map, dict) and auto_map:
+        files = sorted({str(ref).split(".", 1)[0] + ".py" for ref in auto_map.values() if isinstance(ref, str)})
+        allow = "" if trust_remote_code else f"{ENV_TRUST_REMOTE_CODE}=true (it runs that code) and "
         raise ModelLoadError(
-            f"model type {model_type!r} is not supported; supported: {', '.join(sorted(DECODERS))}"
+            f"model type {model_type!r} is defined by code in the model folder ({', '.join(files)}, named by "
+            f"config.json's auto_map), which is not run unless {ENV_TRUST_REMOTE_CODE}=true; our engine runs "
+            f"{supported} only: {allow}{ENV_ENGINE}=vllm serve it where vLLM is installed"
         )
+    raise ModelLoadError(f"model type {model_type!r} is not supported; supported: {supported}")
 
 
 def check_supported(config, max_model_len: int) -> None:
