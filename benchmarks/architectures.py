@@ -5,7 +5,8 @@
 Each architecture gets a random checkpoint of SmolLM2-135M's shape (hidden
 576, 30 layers, 9 heads, 3 KV heads, vocab 49152; safetensors, fp32) with
 SmolLM2's tokenizer, so what differs between them is only what the
-architecture adds (Qwen2's q/k/v biases, Qwen3's per-head q/k norms). Every
+architecture adds (Qwen2's q/k/v biases, Qwen3's per-head q/k norms; the MoE
+families' experts at the same active width, MOE_SETTINGS). Every
 engine is loaded once (load time and the model worker's peak memory, VmHWM,
 are reported), then W1 (32 requests, 16 concurrent, ~30-token prompts, 64
 new tokens, ``ignore_eos``) runs on each in turn, ``--rounds`` times, so a
@@ -34,6 +35,14 @@ SHAPE_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_laye
               "num_key_value_heads", "max_position_embeddings", "rms_norm_eps", "tie_word_embeddings",
               "bos_token_id", "eos_token_id")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+# The MoE families at the same active width: 8 experts of half SmolLM2's MLP (768), 2 per token, so a
+# token's MLP does the dense model's arithmetic (2 x 768 = 1536) while the layer holds 4x its weights.
+MOE_SETTINGS = {
+    "mixtral": dict(num_local_experts=8, num_experts_per_tok=2, intermediate_size=768),
+    "qwen3_moe": dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=768, norm_topk_prob=True),
+    "qwen2_moe": dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=768,
+                      shared_expert_intermediate_size=768),
+}
 
 
 def random_checkpoint(model_type: str, reference: Path, folder: Path) -> Path:
@@ -44,6 +53,7 @@ def random_checkpoint(model_type: str, reference: Path, folder: Path) -> Path:
     shape = json.loads((reference / "config.json").read_text())
     settings = {key: shape[key] for key in SHAPE_KEYS if key in shape}
     settings["head_dim"] = shape["hidden_size"] // shape["num_attention_heads"]
+    settings.update(MOE_SETTINGS.get(model_type, {}))
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **settings))
     out = folder / model_type

@@ -53,6 +53,13 @@ def tiny_phi3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_qwen2_moe_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer random Qwen2-MoE of the tiny Llama's shape and tokenizer (layer 0 dense; layer 1: 4 experts,
+    2 per token, and the shared expert)."""
+    return build_tiny_decoder(tmp_path_factory.mktemp("models") / "tiny-qwen2-moe", "qwen2_moe")
+
+
+@pytest.fixture(scope="session")
 def tiny_mixtral_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 2-layer random Mixtral of the tiny Llama's shape and tokenizer (4 experts, 2 per token)."""
     return build_tiny_decoder(tmp_path_factory.mktemp("models") / "tiny-mixtral", "mixtral")

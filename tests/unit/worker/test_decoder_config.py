@@ -5,7 +5,18 @@ from __future__ import annotations
 import json
 
 import pytest
-from transformers import AutoConfig, LlamaConfig, MistralConfig, MixtralConfig, OPTConfig, Phi3Config, Qwen2Config, Qwen3Config
+from transformers import (
+    AutoConfig,
+    LlamaConfig,
+    MistralConfig,
+    MixtralConfig,
+    OPTConfig,
+    Phi3Config,
+    Qwen2Config,
+    Qwen2MoeConfig,
+    Qwen3Config,
+    Qwen3MoeConfig,
+)
 
 from llm_byoc.errors import ModelLoadError
 from llm_byoc.worker.models import check_supported, native_unsupported
@@ -34,7 +45,17 @@ HF_CONFIGS = {
     "mixtral": MixtralConfig(**SMALL, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2),
     "mixtral-window": MixtralConfig(**SMALL, num_key_value_heads=2, sliding_window=100),
     "phi3-window": Phi3Config(**SMALL, num_key_value_heads=2, sliding_window=100),  # Phi-3-mini-4k sets one
+    "qwen3_moe": Qwen3MoeConfig(**SMALL),  # every default of its own: 128 experts, 8 per token, 4 KV heads
+    "qwen3_moe-set": Qwen3MoeConfig(**SMALL, num_key_value_heads=2, num_experts=4, num_experts_per_tok=2,
+                                    moe_intermediate_size=32, norm_topk_prob=True, mlp_only_layers=[1],
+                                    decoder_sparse_step=1, attention_bias=True, head_dim=32),
+    "qwen2_moe": Qwen2MoeConfig(**SMALL, num_key_value_heads=4),  # its default of 16 does not divide 4 heads
+    "qwen2_moe-set": Qwen2MoeConfig(**SMALL, num_key_value_heads=2, num_experts=4, num_experts_per_tok=2,
+                                    moe_intermediate_size=32, shared_expert_intermediate_size=96,
+                                    decoder_sparse_step=2, qkv_bias=False),
 }
+MOE_FIELDS = ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size",
+              "norm_topk_prob", "decoder_sparse_step", "mlp_only_layers")
 OPT_CONFIGS = {
     "opt": OPTConfig(vocab_size=384, hidden_size=64, ffn_dim=128, num_hidden_layers=2, num_attention_heads=4),
     "opt-350m-like": OPTConfig(vocab_size=384, hidden_size=64, ffn_dim=128, num_hidden_layers=2, num_attention_heads=4,
@@ -57,14 +78,28 @@ def test_llama_family_fields_match_transformers(name, tmp_path):
     for field in ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                   "num_attention_heads", "num_key_value_heads", "hidden_act", "rms_norm_eps",
                   "max_position_embeddings", "rope_parameters", "tie_word_embeddings", "sliding_window"):
-        assert getattr(ours, field) == getattr(hf, field, None), field
+        theirs = getattr(hf, field, None)
+        if field == "sliding_window" and hf.model_type == "qwen2_moe":
+            theirs = theirs or None  # Qwen2MoeConfig writes 0 for "no window"
+        assert getattr(ours, field) == theirs, field
     assert ours.head_dim == (getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads)
-    assert ours.qkv_bias == (hf.model_type == "qwen2" or getattr(hf, "attention_bias", False))
+    assert ours.qkv_bias == (hf.model_type == "qwen2" or getattr(hf, "attention_bias", False)
+                             or getattr(hf, "qkv_bias", False))
     assert ours.mlp_bias == getattr(hf, "mlp_bias", False)
-    assert ours.o_bias == (hf.model_type in ("llama", "qwen3") and getattr(hf, "attention_bias", False))
-    assert ours.qk_norm == (hf.model_type == "qwen3")
-    assert (ours.num_experts, ours.experts_per_token) == (
-        (hf.num_local_experts, hf.num_experts_per_tok) if hf.model_type == "mixtral" else (0, 0))
+    assert ours.o_bias == (hf.model_type in ("llama", "qwen3", "qwen3_moe") and getattr(hf, "attention_bias", False))
+    assert ours.qk_norm == (hf.model_type in ("qwen3", "qwen3_moe"))
+    if hf.model_type == "mixtral":
+        assert (ours.num_experts, ours.experts_per_token) == (hf.num_local_experts, hf.num_experts_per_tok)
+    elif hf.model_type.endswith("_moe"):
+        theirs = {f: getattr(hf, f, 0) for f in MOE_FIELDS}
+        theirs["mlp_only_layers"] = tuple(theirs["mlp_only_layers"] or ())
+        assert dict(zip(MOE_FIELDS, (ours.num_experts, ours.experts_per_token, ours.moe_intermediate_size,
+                                     ours.shared_expert_intermediate_size, ours.norm_topk_prob,
+                                     ours.decoder_sparse_step, ours.mlp_only_layers), strict=True)) == theirs
+        assert [ours.routed(i) for i in range(4)] == [  # transformers' own rule in each decoder layer
+            i not in theirs["mlp_only_layers"] and (i + 1) % hf.decoder_sparse_step == 0 for i in range(4)]
+    else:
+        assert (ours.num_experts, ours.experts_per_token) == (0, 0)
 
 
 @pytest.mark.parametrize("name", sorted(OPT_CONFIGS))

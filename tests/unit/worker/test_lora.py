@@ -156,10 +156,13 @@ def test_phi3_adapters_on_its_fused_projections_match_peft(tiny_phi3_dir, tmp_pa
     assert peft_greedy(tiny_phi3_dir, folder, prompts[0], 10) != hf_greedy(tiny_phi3_dir, prompts[0], 10)
 
 
-def test_a_base_model_with_routed_experts_refuses_adapters_clearly(tiny_mixtral_dir, tmp_path):
-    runner = ModelRunner.from_config(EngineConfig(model=str(tiny_mixtral_dir), max_num_seqs=2))
+@pytest.mark.parametrize("base, model_type", [("tiny_mixtral_dir", "mixtral"),
+                                               ("tiny_qwen2_moe_dir", "qwen2_moe")])  # its layer 0 is dense
+def test_a_base_model_with_routed_experts_refuses_adapters_clearly(base, model_type, request, tmp_path):
+    base_dir = request.getfixturevalue(base)
+    runner = ModelRunner.from_config(EngineConfig(model=str(base_dir), max_num_seqs=2))
     assert runner.info.lora_modules == {}
-    folder = make_adapter(tiny_mixtral_dir, tmp_path / "attn", rank=4, targets=("q_proj", "v_proj"))
-    with pytest.raises(InvalidRequest, match="LoRA adapters are not supported for mixtral models"):
+    folder = make_adapter(base_dir, tmp_path / "attn", rank=4, targets=("q_proj", "v_proj"))
+    with pytest.raises(InvalidRequest, match=f"LoRA adapters are not supported for {model_type} models"):
         check_adapter("attn", str(folder), "attn#1", (str(tmp_path),), 64, base_shapes(runner))
 

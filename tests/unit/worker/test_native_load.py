@@ -15,7 +15,18 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, MixtralConfig, OPTConfig, Phi3Config, Qwen2Config, Qwen3Config
+from transformers import (
+    AutoModelForCausalLM,
+    LlamaConfig,
+    MistralConfig,
+    MixtralConfig,
+    OPTConfig,
+    Phi3Config,
+    Qwen2Config,
+    Qwen2MoeConfig,
+    Qwen3Config,
+    Qwen3MoeConfig,
+)
 
 from fixtures.step_driver import Request, drive
 from llm_byoc.config import EngineConfig
@@ -52,6 +63,17 @@ LAYOUTS = {
     "phi3": lambda: Phi3Config(**COMMON, tie_word_embeddings=False),  # fused qkv_proj, gate_up_proj
     "phi3-tied": lambda: Phi3Config(**COMMON, tie_word_embeddings=True),
     "mixtral": lambda: MixtralConfig(**COMMON, num_local_experts=4, num_experts_per_tok=2, tie_word_embeddings=False),
+    # routed experts on layer 0, a dense MLP on layer 1; q/k norms; head_dim hidden / heads (not qwen3's 128)
+    "qwen3-moe-dense-layer": lambda: Qwen3MoeConfig(**COMMON, moe_intermediate_size=32, num_experts=4,
+                                                    num_experts_per_tok=2, norm_topk_prob=True, mlp_only_layers=[1],
+                                                    tie_word_embeddings=False),
+    "qwen3-moe-unnormalised": lambda: Qwen3MoeConfig(**COMMON, moe_intermediate_size=32, num_experts=4,
+                                                     num_experts_per_tok=2, norm_topk_prob=False,
+                                                     tie_word_embeddings=False),
+    # a shared expert behind a sigmoid gate beside the routed ones, q/k/v biases; layer 0 dense
+    "qwen2-moe-shared": lambda: Qwen2MoeConfig(**COMMON, moe_intermediate_size=32, shared_expert_intermediate_size=96,
+                                               num_experts=4, num_experts_per_tok=2, mlp_only_layers=[0],
+                                               tie_word_embeddings=False),
     "mistral": lambda: MistralConfig(**COMMON, sliding_window=None, tie_word_embeddings=False),
     "opt": lambda: OPTConfig(**OPT_COMMON, tie_word_embeddings=False),
     "opt-tied-gelu": lambda: OPTConfig(**OPT_COMMON, activation_function="gelu"),

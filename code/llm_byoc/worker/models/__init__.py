@@ -31,6 +31,8 @@ DECODERS = {
     "qwen3": LlamaDecoder,
     "phi3": LlamaDecoder,
     "mixtral": LlamaDecoder,
+    "qwen2_moe": LlamaDecoder,
+    "qwen3_moe": LlamaDecoder,
     "opt": OPTDecoder,
 }
 

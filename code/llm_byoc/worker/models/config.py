@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from ...errors import ModelLoadError
 
-LLAMA_FAMILY = ("llama", "mistral", "qwen2", "qwen3", "phi3", "mixtral")
+LLAMA_FAMILY = ("llama", "mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen2_moe", "qwen3_moe")
 _SCALED_ROPE = ("llama3", "yarn", "longrope")  # those that read original_max_position_embeddings
 # Per family: what transformers' config class assumes when config.json is silent.
 _LLAMA_DEFAULTS = {
@@ -35,9 +35,16 @@ _LLAMA_DEFAULTS = {
     # mixtral: routed experts in place of the MLP; a window whenever one is set
     "mixtral": dict(num_key_value_heads=8, max_position_embeddings=4096 * 32, sliding_window=None,
                     use_sliding_window=True, head_dim=None, rms_norm_eps=1e-5),
+    # the Qwen MoEs: routed experts on every decoder_sparse_step-th layer but mlp_only_layers; qwen3_moe
+    # has qwen3's q/k norms but not its head_dim default; qwen2_moe a shared expert and q/k/v biases
+    "qwen2_moe": dict(num_key_value_heads=16, max_position_embeddings=32768, sliding_window=4096,
+                      use_sliding_window=False, head_dim=None, rms_norm_eps=1e-6),
+    "qwen3_moe": dict(num_key_value_heads=4, max_position_embeddings=32768, sliding_window=4096,
+                      use_sliding_window=False, head_dim=None, rms_norm_eps=1e-6),
 }
+_QWEN = ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe")  # a window only with use_sliding_window
 FUSED_CHECKPOINT = ("phi3",)  # qkv_proj and gate_up_proj are single tensors in these checkpoints
-_ATTENTION_BIAS = ("llama", "qwen3")  # attention_bias puts biases on q, k, v and o
+_ATTENTION_BIAS = ("llama", "qwen3", "qwen3_moe")  # attention_bias puts biases on q, k, v and o
 _LLAMA_REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
 _OPT_REQUIRED = ("vocab_size", "hidden_size", "ffn_dim", "num_hidden_layers", "num_attention_heads")
 
@@ -72,8 +79,18 @@ class LlamaDecoderConfig:
     sliding_window: int | None = None
     use_sliding_window: bool = False
     qk_norm: bool = False  # an RMSNorm over each head of q and of k before RoPE (qwen3)
-    num_experts: int = 0  # mixtral: routed experts in place of the MLP (0: a dense MLP)
+    num_experts: int = 0  # routed experts in place of the MLP (0: a dense MLP everywhere)
     experts_per_token: int = 0
+    moe_intermediate_size: int = 0  # one expert's width (mixtral: intermediate_size)
+    shared_expert_intermediate_size: int = 0  # qwen2_moe's shared expert (0: none)
+    norm_topk_prob: bool = True  # the top k weights renormalised (mixtral: always)
+    decoder_sparse_step: int = 1  # the Qwen MoEs: experts on every step-th layer ...
+    mlp_only_layers: tuple[int, ...] = ()  # ... but these, which keep a dense MLP
+
+    def routed(self, layer: int) -> bool:
+        """Whether layer ``layer`` has routed experts in place of its MLP (as transformers decides)."""
+        return (self.num_experts > 0 and layer not in self.mlp_only_layers
+                and (layer + 1) % self.decoder_sparse_step == 0)
 
     def __post_init__(self) -> None:
         _require_positive(self, "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
@@ -100,14 +117,32 @@ class LlamaDecoderConfig:
             head_dim=raw.get("head_dim") or defaults["head_dim"] or raw["hidden_size"] // heads,
             hidden_act=raw.get("hidden_act", "silu"), rms_norm_eps=float(raw.get("rms_norm_eps", defaults["rms_norm_eps"])),
             max_position_embeddings=max_positions, rope_parameters=rope_parameters(raw, max_positions),
-            qkv_bias=model_type == "qwen2" or attention_bias, o_bias=attention_bias,
+            qkv_bias=model_type == "qwen2" or attention_bias or (model_type == "qwen2_moe" and bool(raw.get("qkv_bias", True))),
+            o_bias=attention_bias,
             mlp_bias=model_type == "llama" and bool(raw.get("mlp_bias", False)),
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
-            sliding_window=window if use_window or model_type not in ("qwen2", "qwen3") else None,
-            use_sliding_window=use_window, qk_norm=model_type == "qwen3",
-            num_experts=int(raw.get("num_local_experts", 8)) if model_type == "mixtral" else 0,
-            experts_per_token=int(raw.get("num_experts_per_tok", 2)) if model_type == "mixtral" else 0,
+            sliding_window=window if use_window or model_type not in _QWEN else None,
+            use_sliding_window=use_window, qk_norm=model_type in ("qwen3", "qwen3_moe"),
+            **_experts(model_type, raw),
         )
+
+
+def _experts(model_type: str, raw: dict) -> dict:
+    """The routed-expert fields of a MoE family, with transformers' defaults."""
+    if model_type == "mixtral":
+        return dict(num_experts=int(raw.get("num_local_experts", 8)), experts_per_token=int(raw.get("num_experts_per_tok", 2)),
+                    moe_intermediate_size=int(raw["intermediate_size"]))
+    if model_type in ("qwen2_moe", "qwen3_moe"):
+        qwen2 = model_type == "qwen2_moe"
+        experts = raw.get("num_experts", raw.get("num_local_experts"))  # the hub's name, then transformers' own
+        return dict(num_experts=int(experts if experts is not None else 60 if qwen2 else 128),
+                    experts_per_token=int(raw.get("num_experts_per_tok", 4 if qwen2 else 8)),
+                    moe_intermediate_size=int(raw.get("moe_intermediate_size", 1408 if qwen2 else 768)),
+                    shared_expert_intermediate_size=int(raw.get("shared_expert_intermediate_size", 5632)) if qwen2 else 0,
+                    norm_topk_prob=bool(raw.get("norm_topk_prob", False)),
+                    decoder_sparse_step=int(raw.get("decoder_sparse_step", 1) or 1),
+                    mlp_only_layers=tuple(int(i) for i in raw.get("mlp_only_layers") or ()))
+    return {}
 
 
 @dataclass(frozen=True)

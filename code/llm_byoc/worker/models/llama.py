@@ -60,6 +60,29 @@ def _cat_bias(*linears) -> torch.Tensor | None:
     return None if all(b is None for b in biases) else torch.cat(biases)
 
 
+def _routed_experts(weights: CheckpointWeights, prefix: str, config: LlamaDecoderConfig, projection) -> RoutedExperts:
+    """A MoE layer's experts from its checkpoint names: mixtral's block_sparse_moe.gate and experts.N.w1 (gate),
+    w3 (up), w2 (down); the Qwen MoEs' mlp.gate and experts.N.gate_proj, up_proj, down_proj, and qwen2_moe's
+    shared_expert (gate_proj, up_proj, down_proj) with its shared_expert_gate."""
+    hidden, inter, experts = config.hidden_size, config.moe_intermediate_size, range(config.num_experts)
+    if config.model_type == "mixtral":
+        moe, (gate, up, down) = prefix + "block_sparse_moe.", ("w1", "w3", "w2")
+    else:
+        moe, (gate, up, down) = prefix + "mlp.", ("gate_proj", "up_proj", "down_proj")
+    shared = {}
+    if config.shared_expert_intermediate_size:
+        width, name = config.shared_expert_intermediate_size, moe + "shared_expert."
+        shared = dict(shared_gate_up=projection([(name + "gate_proj", width), (name + "up_proj", width)], hidden, False),
+                      shared_down=projection([(name + "down_proj", hidden)], width, False),
+                      shared_gate=weights.tensor(moe + "shared_expert_gate.weight", (1, hidden)))
+    return RoutedExperts(
+        router=weights.tensor(moe + "gate.weight", (config.num_experts, hidden)), top_k=config.experts_per_token,
+        gate_up=[projection([(f"{moe}experts.{e}.{gate}", inter), (f"{moe}experts.{e}.{up}", inter)], hidden, False)
+                 for e in experts],
+        down=[projection([(f"{moe}experts.{e}.{down}", hidden)], inter, False) for e in experts],
+        normalize=config.norm_topk_prob, weights_in_model_dtype=config.model_type != "mixtral", **shared)
+
+
 @dataclass
 class LlamaLayer:
     ln_attn: torch.Tensor  # [hidden]
@@ -86,10 +109,18 @@ class LlamaLayer:
             heads = attn.config.num_attention_heads, attn.config.num_key_value_heads
             qk_norm = head_norms(attn.q_norm.weight, attn.k_norm.weight, *heads)
         gate_up = down = experts = None
-        if hasattr(mlp, "experts"):
-            experts = RoutedExperts(router=mlp.gate.weight, top_k=mlp.top_k,
-                                    gate_up=[make_linear(w, None) for w in mlp.experts.gate_up_proj],
-                                    down=[make_linear(w, None) for w in mlp.experts.down_proj])
+        if hasattr(mlp, "experts"):  # mixtral's top_k is the block's; the Qwen MoEs' their router's, with norm_topk_prob
+            shared = getattr(mlp, "shared_expert", None)
+            experts = RoutedExperts(
+                router=mlp.gate.weight, top_k=getattr(mlp, "top_k", None) or mlp.gate.top_k,
+                gate_up=[make_linear(w, None) for w in mlp.experts.gate_up_proj],
+                down=[make_linear(w, None) for w in mlp.experts.down_proj],
+                normalize=getattr(mlp.gate, "norm_topk_prob", True),
+                weights_in_model_dtype=hasattr(mlp.gate, "norm_topk_prob"),
+                shared_gate_up=None if shared is None else make_linear(
+                    torch.cat([shared.gate_proj.weight, shared.up_proj.weight]), None),
+                shared_down=None if shared is None else make_linear(shared.down_proj.weight, None),
+                shared_gate=None if shared is None else mlp.shared_expert_gate.weight)
         else:
             if hasattr(mlp, "gate_up_proj"):
                 gate_up = make_linear(mlp.gate_up_proj.weight, mlp.gate_up_proj.bias)
@@ -103,8 +134,9 @@ class LlamaLayer:
 
     @classmethod
     def from_checkpoint(cls, weights: CheckpointWeights, prefix: str, config: LlamaDecoderConfig,
-                        make_linear: MakeLinear) -> "LlamaLayer":
-        """Layer ``prefix`` ('model.layers.3.'): each projection read into its fused place, then handed over."""
+                        make_linear: MakeLinear, routed: bool = False) -> "LlamaLayer":
+        """Layer ``prefix`` ('model.layers.3.'): each projection read into its fused place, then handed over;
+        ``routed``: routed experts in place of its MLP."""
         hidden, inter = config.hidden_size, config.intermediate_size
         q, kv = config.num_attention_heads * config.head_dim, config.num_key_value_heads * config.head_dim
         attn, mlp = prefix + "self_attn.", prefix + "mlp."
@@ -118,14 +150,7 @@ class LlamaLayer:
             return make_linear(weight, weights.fused([(name + ".bias", (rows,)) for name, rows in parts])
                                if bias else None)
 
-        experts = None
-        if config.num_experts:  # mixtral's checkpoint: block_sparse_moe.gate, experts.N.w1 (gate), w3 (up), w2 (down)
-            moe = prefix + "block_sparse_moe."
-            experts = RoutedExperts(
-                router=weights.tensor(moe + "gate.weight", (config.num_experts, hidden)), top_k=config.experts_per_token,
-                gate_up=[projection([(f"{moe}experts.{e}.w1", inter), (f"{moe}experts.{e}.w3", inter)], hidden, False)
-                         for e in range(config.num_experts)],
-                down=[projection([(f"{moe}experts.{e}.w2", hidden)], inter, False) for e in range(config.num_experts)])
+        experts = _routed_experts(weights, prefix, config, projection) if routed else None
         return cls(
             ln_attn=weights.tensor(prefix + "input_layernorm.weight", (hidden,)),
             qkv=projection(qkv, hidden, config.qkv_bias),
@@ -181,7 +206,7 @@ class LlamaDecoder:
         # else is loaded; its own allocation (not the reused projection buffer) is freed once it is packed.
         tied = config.tie_word_embeddings or "lm_head.weight" not in weights
         lm_head = make_linear(embed if tied else weights.tensor("lm_head.weight", (vocab, hidden)), None)
-        layers = [LlamaLayer.from_checkpoint(weights, f"{base}layers.{i}.", config, make_linear)
+        layers = [LlamaLayer.from_checkpoint(weights, f"{base}layers.{i}.", config, make_linear, config.routed(i))
                   for i in range(config.num_hidden_layers)]
         return cls(
             num_heads=config.num_attention_heads, num_kv_heads=config.num_key_value_heads, head_dim=config.head_dim,
@@ -197,7 +222,7 @@ class LlamaDecoder:
 
     def lora_modules(self) -> dict[str, tuple[int, int]]:
         """(in, out) features of each projection a LoRA adapter may target (none with routed experts)."""
-        if self.layers[0].experts is not None:
+        if any(layer.experts is not None for layer in self.layers):
             return {}
         hidden, inter = self.embed.shape[1], self.layers[0].down.in_features
         q, kv = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
