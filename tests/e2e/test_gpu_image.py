@@ -85,16 +85,22 @@ def test_vllm_is_installed_beside_the_package_with_the_same_torch(gpu_image):
     assert versions["transformers"].startswith("5.19")  # vLLM's pin (<5.20), not ours
 
 
-def test_the_vllm_engine_without_a_gpu_exits_with_one_clear_line(gpu_image, model_dir):
-    name = f"llm-byoc-e2e-gpu-vllm-{uuid.uuid4().hex[:8]}"
-    docker("run", "-d", "--name", name, "-v", f"{model_dir}:/opt/ml/model:ro", "-e", "LLM_BYOC_ENGINE=vllm",
-           "-e", "LLM_BYOC_DEVICE=auto", gpu_image, "serve")
+def _exit_code_and_logs(gpu_image: str, model_dir, **env: str) -> tuple[int, str]:
+    """`serve` in the image where no GPU is visible, until it exits: (its exit code, its log)."""
+    name = f"llm-byoc-e2e-gpu-{uuid.uuid4().hex[:8]}"
+    settings = [arg for key, value in env.items() for arg in ("-e", f"{key}={value}")]
+    docker("run", "-d", "--name", name, "-v", f"{model_dir}:/opt/ml/model:ro", *settings, gpu_image, "serve")
     try:
         exit_code = int(docker("wait", name, timeout=EXIT_WITHIN_S).stdout.strip())
         logs = docker("logs", name).stderr
     finally:
         docker("rm", "-f", name, check=False)
     print(logs[-3000:])
+    return exit_code, logs
+
+
+def test_the_vllm_engine_without_a_gpu_exits_with_one_clear_line(gpu_image, model_dir):
+    exit_code, logs = _exit_code_and_logs(gpu_image, model_dir, LLM_BYOC_ENGINE="vllm", LLM_BYOC_DEVICE="auto")
     assert exit_code == 1 and "Traceback" not in logs
     [line] = [line for line in logs.splitlines() if "vLLM could not load the model" in line and "ERROR" in line
               and "engine dead" not in line]
@@ -102,15 +108,7 @@ def test_the_vllm_engine_without_a_gpu_exits_with_one_clear_line(gpu_image, mode
 
 
 def test_serve_without_a_gpu_exits_with_one_clear_line(gpu_image, model_dir):
-    name = f"llm-byoc-e2e-gpu-{uuid.uuid4().hex[:8]}"
-    docker("run", "-d", "--name", name, "-v", f"{model_dir}:/opt/ml/model:ro", "-e", "LLM_BYOC_NUM_THREADS=1",
-           gpu_image, "serve")
-    try:
-        exit_code = int(docker("wait", name, timeout=EXIT_WITHIN_S).stdout.strip())
-        logs = docker("logs", name).stderr
-    finally:
-        docker("rm", "-f", name, check=False)
-    print(logs[-3000:])
+    exit_code, logs = _exit_code_and_logs(gpu_image, model_dir, LLM_BYOC_NUM_THREADS="1")
     assert exit_code == 1
     assert "Traceback" not in logs
     [line] = [line for line in logs.splitlines() if "model load failed" in line]
