@@ -2,7 +2,7 @@
 
     ecr       create the ECR repository if missing; print the image URI
     role      create the SageMaker execution role if missing; print its ARN
-    package   model folder or .gguf -> model.tar.gz on S3 (with progress)
+    package   model folder or .gguf -> model.tar.gz on S3, or its files under an S3 prefix
     size      which GPU instances a model folder fits (weights + KV per GPU at their tensor parallel)
     create    dedicated endpoint (GPU, latency) or --multi-model (CPU, cost)
     add-model upload another model.tar.gz under a multi-model endpoint's prefix
@@ -33,7 +33,8 @@ from typing import TextIO
 from ..config import EngineConfig
 from .errors import DeployError
 from .gateway import make_gateway
-from .specs import DEFAULT_GPU_INSTANCE
+from .prefix_upload import LAYOUTS, PREFIX_THRESHOLD_BYTES
+from .specs import DEFAULT_GPU_INSTANCE, ROUTING_STRATEGIES
 
 
 def _common() -> argparse.ArgumentParser:
@@ -59,6 +60,15 @@ def _engine_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--engine", choices=("auto", "native", "vllm"), help="LLM_BYOC_ENGINE (default auto: vLLM where a GPU and vLLM are present)")
     g.add_argument("--tensor-parallel-size", type=int, help="vLLM: GPUs per model (default: every GPU of the instance)")
     g.add_argument("--quantization", help="vLLM: awq, gptq, fp8, ... (default: the checkpoint's quantization_config)")
+
+
+def _upload_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--upload-as", choices=LAYOUTS, default="auto",
+        help="tarball: model.tar.gz (ModelDataUrl); prefix: the files as they are under an S3 prefix "
+             "(ModelDataSource S3Prefix, uncompressed); auto (default): prefix above "
+             f"{PREFIX_THRESHOLD_BYTES / 2**30:g} GiB",
+    )
 
 
 def _deletion_wait_options(p: argparse.ArgumentParser) -> None:
@@ -87,6 +97,7 @@ def _add_artifact_commands(sub, common: list) -> None:
     p.add_argument("model_path", help="Hugging Face model folder, or a .gguf file")
     p.add_argument("--s3-uri", help="s3://bucket/key.tar.gz or s3://bucket/prefix/ (default: the SageMaker bucket)")
     p.add_argument("--output", help="also keep the archive at this local path")
+    _upload_option(p)
 
     p = sub.add_parser("size", parents=common, help="the GPU instances a model folder fits, and at what tensor parallel")
     p.add_argument("model_path", help="Hugging Face model folder (config.json + .safetensors)")
@@ -103,15 +114,20 @@ def _add_create(sub, common: list) -> None:
     p.add_argument("--image", required=True, help="image URI in ECR (see the ecr command)")
     p.add_argument("--role", required=True, help="execution role name or ARN (see the role command)")
     data = p.add_mutually_exclusive_group()
-    data.add_argument("--model-data", help="s3://.../model.tar.gz, or the S3 prefix for --multi-model")
-    data.add_argument("--model-path", help="local model folder / .gguf: packaged and uploaded first")
+    data.add_argument("--model-data", help="s3://.../model.tar.gz, or s3://.../prefix/ of uncompressed files "
+                      "(with --multi-model: the prefix its models' tar.gz live under)")
+    data.add_argument("--model-path", help="local model folder / .gguf: uploaded first (see --upload-as)")
     p.add_argument("--s3-uri", help="with --model-path: where to upload (default: the SageMaker bucket)")
+    _upload_option(p)
     p.add_argument("--multi-model", action="store_true", help="Mode=MultiModel over an S3 prefix (cost-optimized)")
     p.add_argument("--instance-type", help="default ml.g5.xlarge; ml.m5.xlarge with --multi-model")
     p.add_argument("--instance-count", type=int, default=1)
     p.add_argument("--startup-timeout", type=int, default=900, help="container health check timeout, 60..3600 s")
     p.add_argument("--download-timeout", type=int, default=1200, help="model download timeout, 60..3600 s")
     p.add_argument("--volume-size-gb", type=int, help="EBS volume (only instance types without NVMe storage)")
+    p.add_argument("--routing", choices=tuple(ROUTING_STRATEGIES),
+                   help="how SageMaker spreads requests over instances (default: least-outstanding-requests; "
+                        "not with --multi-model)")
     p.add_argument("--no-size-check", action="store_true",
                    help="create even where --model-path does not fit the GPU instance (see the size command)")
     _engine_options(p)
@@ -142,6 +158,7 @@ def _add_operate(sub, common: list) -> None:
     p.add_argument("--model-data")
     p.add_argument("--instance-type")
     p.add_argument("--instance-count", type=int)
+    p.add_argument("--routing", choices=tuple(ROUTING_STRATEGIES), help="default: the endpoint's current one")
     p.add_argument("--keep-old", action="store_true", help="keep the previous model and endpoint config")
     _engine_options(p)
     _wait_options(p)
@@ -166,6 +183,8 @@ def _add_components(sub, common: list) -> None:
     p.add_argument("--min-instances", type=int, default=1, help="managed scaling floor (0: may scale in to none)")
     p.add_argument("--max-instances", type=int, help="managed scaling ceiling (default: --instance-count)")
     p.add_argument("--volume-size-gb", type=int, help="EBS volume (only instance types without NVMe storage)")
+    p.add_argument("--routing", choices=tuple(ROUTING_STRATEGIES), default="least-outstanding-requests",
+                   help="how SageMaker spreads requests over instances")
     _wait_options(p)
 
     p = sub.add_parser("add-base", parents=common, help="the base model as an inference component")
@@ -174,9 +193,10 @@ def _add_components(sub, common: list) -> None:
     p.add_argument("--image", required=True)
     p.add_argument("--role", required=True, help="execution role name or ARN")
     data = p.add_mutually_exclusive_group()
-    data.add_argument("--model-data", help="s3://.../model.tar.gz of the base model")
-    data.add_argument("--model-path", help="local model folder: packaged and uploaded first")
+    data.add_argument("--model-data", help="s3://.../model.tar.gz or s3://.../prefix/ (uncompressed) of the base model")
+    data.add_argument("--model-path", help="local model folder: uploaded first (see --upload-as)")
     p.add_argument("--s3-uri", help="with --model-path: where to upload")
+    _upload_option(p)
     p.add_argument("--accelerators", type=int, default=1, help="GPUs per copy (0 on CPU instances)")
     p.add_argument("--memory-mb", type=int, default=1024, help="host memory reserved per copy (MB)")
     p.add_argument("--cpu-cores", type=float, help="CPU cores reserved per copy")

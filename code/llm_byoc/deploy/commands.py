@@ -31,12 +31,16 @@ from ..config import (
     ENV_SERVER_TIMEOUT,
     ENV_TENSOR_PARALLEL_SIZE,
 )
-from . import autoscale, ecr, endpoints, package, role, sizing
+from . import autoscale, ecr, endpoints, package, prefix_upload, role, sizing
 from .errors import DeployError, EndpointFailed
 from .gateway import AwsGateway
-from .specs import DEFAULT_CPU_INSTANCE, DEFAULT_GPU_INSTANCE, EndpointSpec, timestamp
+from .specs import DEFAULT_CPU_INSTANCE, DEFAULT_GPU_INSTANCE, ROUTING_STRATEGIES, EndpointSpec, timestamp
 from .waiter import describe_endpoint, wait_component, wait_in_service
 
+_LAYOUT_NOTES = {
+    "tarball": "model.tar.gz (SageMaker unpacks it into /opt/ml/model)",
+    "prefix": "files under an S3 prefix, uncompressed (SageMaker copies them into /opt/ml/model)",
+}
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
 _PLACEHOLDER_ROLE = "arn:aws:iam::000000000000:role/placeholder"
 _ENV_FLAGS = {
@@ -79,16 +83,31 @@ def endpoint_waiter(args: argparse.Namespace):
     return functools.partial(wait_in_service, timeout_s=args.wait_timeout, poll_s=args.poll, out=sys.stderr)
 
 
-def package_and_upload(gateway: AwsGateway, model_path: str, s3_uri: str | None, output: str | None = None) -> str:
+def package_and_upload(
+    gateway: AwsGateway, model_path: str, s3_uri: str | None, output: str | None = None, layout: str = "auto"
+) -> str:
+    """The model folder (or .gguf) on S3: model.tar.gz, or its files under a prefix (``layout``,
+    prefix_upload.choose_layout). Returns the S3 URI: the archive's, or the prefix's ending in /."""
     source = Path(model_path).expanduser()
-    package.model_files(source.resolve())  # a wrong path fails before any AWS call
+    files = package.model_files(source.resolve())  # a wrong path fails before any AWS call
+    size = prefix_upload.total_bytes(files)
+    chosen = prefix_upload.choose_layout(layout, size, s3_uri, output)
+    name = source.resolve().name.removesuffix(".gguf") or "model"
+    print(f"{name}: {size / 2**30:.2f} GiB -> {_LAYOUT_NOTES[chosen]}", file=sys.stderr)
+    if chosen == "prefix":
+        target = s3_uri or default_s3_uri(gateway, name, "model/")
+        return prefix_upload.upload_folder(gateway, package.model_base(source.resolve()), files, target)
     if s3_uri is None:
-        name = source.resolve().name.removesuffix(".gguf") or "model"
         s3_uri = default_s3_uri(gateway, name, package.ARCHIVE_NAME)
     with tempfile.TemporaryDirectory(prefix="llm-byoc-") as tmp:
         archive = Path(output) if output else Path(tmp) / package.ARCHIVE_NAME
         package.build_archive(source, archive)
         return package.upload(gateway, archive, s3_uri)
+
+
+def routing(args: argparse.Namespace) -> str | None:
+    """--routing as SageMaker's RoutingStrategy; None when not given."""
+    return ROUTING_STRATEGIES[args.routing] if getattr(args, "routing", None) else None
 
 
 def cmd_ecr(args, gateway: AwsGateway, out: TextIO) -> int:
@@ -109,7 +128,7 @@ def cmd_role(args, gateway: AwsGateway, out: TextIO) -> int:
 
 
 def cmd_package(args, gateway: AwsGateway, out: TextIO) -> int:
-    print(package_and_upload(gateway, args.model_path, args.s3_uri, args.output), file=out)
+    print(package_and_upload(gateway, args.model_path, args.s3_uri, args.output, args.upload_as), file=out)
     return 0
 
 
@@ -174,12 +193,16 @@ def cmd_create(args, gateway: AwsGateway, out: TextIO) -> int:
         startup_timeout_s=args.startup_timeout,
         download_timeout_s=args.download_timeout,
         volume_size_gb=args.volume_size_gb,
+        routing=routing(args),
     )
     if args.model_path:
-        package.model_files(Path(args.model_path).expanduser().resolve())
+        files = package.model_files(Path(args.model_path).expanduser().resolve())
+        prefix_upload.choose_layout(args.upload_as, prefix_upload.total_bytes(files), args.s3_uri)
     role_arn = role.resolve_role(gateway, args.role)
     endpoints.ensure_absent(gateway, spec.name)  # before a possibly long upload
-    model_data = package_and_upload(gateway, args.model_path, args.s3_uri) if args.model_path else args.model_data
+    model_data = args.model_data
+    if args.model_path:
+        model_data = package_and_upload(gateway, args.model_path, args.s3_uri, layout=args.upload_as)
     spec = dataclasses.replace(spec, role_arn=role_arn, model_data=model_data)
     endpoints.create(gateway, spec, timestamp(), endpoint_waiter(args), check_absent=False)
     print(spec.name, file=out, flush=True)
@@ -194,7 +217,7 @@ def cmd_add_model(args, gateway: AwsGateway, out: TextIO) -> int:
     if not prefix.endswith("/"):
         raise DeployError(f"S3 prefix {prefix!r} must end with /")
     target = f"{args.model_name}.tar.gz"
-    uploaded = package_and_upload(gateway, args.model_path, prefix + target)
+    uploaded = package_and_upload(gateway, args.model_path, prefix + target, layout="tarball")
     print(
         f"uploaded {uploaded}; invoke it with --target-model {target} (first call loads it: a cold start)",
         file=sys.stderr,
@@ -245,6 +268,7 @@ def cmd_update(args, gateway: AwsGateway, out: TextIO) -> int:
         instance_type=args.instance_type,
         instance_count=args.instance_count,
         environment=env or None,
+        routing=routing(args),
     )
     print(args.name, file=out)
     return 0

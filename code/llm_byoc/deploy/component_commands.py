@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import TextIO
 
 from ..config import EngineConfig
-from . import adapter_package, components, package, role
-from .commands import component_waiter, default_s3_uri, endpoint_waiter, environment, package_and_upload
+from . import adapter_package, components, package, prefix_upload, role
+from .commands import component_waiter, default_s3_uri, endpoint_waiter, environment, package_and_upload, routing
 from .component_specs import AdapterComponentSpec, BaseComponentSpec, ComponentEndpointSpec
 from .gateway import AwsGateway
 from .specs import DEFAULT_GPU_INSTANCE, timestamp
@@ -43,6 +43,7 @@ def cmd_create_ic_endpoint(args, gateway: AwsGateway, out: TextIO) -> int:
         min_instances=args.min_instances,
         max_instances=args.max_instances,
         volume_size_gb=args.volume_size_gb,
+        routing=routing(args),
     )
     spec = dataclasses.replace(spec, role_arn=role.resolve_role(gateway, args.role))
     components.create_endpoint(gateway, spec, timestamp(), endpoint_waiter(args))
@@ -67,10 +68,11 @@ def cmd_add_base(args, gateway: AwsGateway, out: TextIO) -> int:
     )
     BaseComponentSpec(**fields)  # a bad setting fails here, before any AWS call or upload
     if args.model_path:
-        package.model_files(Path(args.model_path).expanduser().resolve())
+        files = package.model_files(Path(args.model_path).expanduser().resolve())
+        prefix_upload.choose_layout(args.upload_as, prefix_upload.total_bytes(files), args.s3_uri)
     fields["role_arn"] = role.resolve_role(gateway, args.role)
     if args.model_path:
-        fields["model_data"] = package_and_upload(gateway, args.model_path, args.s3_uri)
+        fields["model_data"] = package_and_upload(gateway, args.model_path, args.s3_uri, layout=args.upload_as)
     spec = BaseComponentSpec(**fields)
     components.add_base(gateway, spec, timestamp(), _waiter(args))
     print(spec.name, file=out, flush=True)

@@ -5,6 +5,10 @@
         ├── adapter component: BaseInferenceComponentName + Container.ArtifactUrl = adapter.tar.gz
         └── ...
 
+The base names a SageMaker Model (``Specification.ModelName``) rather than a container of its own
+(``Specification.Container``): a Model's container takes ``ModelDataSource``, so a large base can be an
+uncompressed S3 prefix, where ``Container.ArtifactUrl`` must be one .tar.gz (botocore's service model says so).
+
 Each spec is checked on construction (the names, sizes and settings
 SageMaker would refuse after minutes), and the request builders are pure
 functions, so the tests and ``--dry-run`` read exactly what would be sent.
@@ -24,7 +28,9 @@ from .specs import (
     DEFAULT_GPU_INSTANCE,
     DEFAULT_VARIANT,
     ENDPOINT_NAME,
+    LEAST_OUTSTANDING_REQUESTS,
     TAG_KEY,
+    check_routing,
     container_definition,
     require,
     supports_volume_size,
@@ -32,7 +38,6 @@ from .specs import (
 )
 
 COMPONENT_NAME = re.compile(r"^[a-zA-Z0-9]([-a-zA-Z0-9]{0,61}[a-zA-Z0-9])?$")
-ROUTING = "LEAST_OUTSTANDING_REQUESTS"  # a long generation must not queue short ones behind it
 
 
 def _frozen_env() -> Mapping[str, str]:
@@ -62,11 +67,13 @@ class ComponentEndpointSpec:
     max_instances: int | None = None  # None: the initial count
     volume_size_gb: int | None = None
     variant: str = DEFAULT_VARIANT
+    routing: str = LEAST_OUTSTANDING_REQUESTS  # a long generation must not queue short ones behind it
 
     def __post_init__(self) -> None:
         if self.max_instances is None:
             object.__setattr__(self, "max_instances", self.instance_count)
         _endpoint_name(self.name)
+        check_routing(self.routing)
         require(self.role_arn.startswith("arn:"), f"role {self.role_arn!r} is not an ARN")
         require(self.instance_type.startswith("ml."), f"instance type {self.instance_type!r} must start with ml.")
         require(
@@ -90,7 +97,7 @@ class BaseComponentSpec:
     endpoint: str
     image: str
     role_arn: str
-    model_data: str | None  # s3://.../model.tar.gz (None: LLM_BYOC_MODEL names the model)
+    model_data: str | None  # s3://.../model.tar.gz or an uncompressed prefix s3://.../ (None: LLM_BYOC_MODEL)
     environment: Mapping[str, str] = field(default_factory=_frozen_env)
     accelerators: int = 1  # GPUs per copy; 0 on CPU instances
     memory_mb: int = 1024  # host memory SageMaker reserves for a copy
@@ -108,7 +115,8 @@ class BaseComponentSpec:
         require(self.role_arn.startswith("arn:"), f"role {self.role_arn!r} is not an ARN")
         require(
             self.model_data is not None or ENV_MODEL in self.environment,
-            f"the base component needs --model-data s3://.../model.tar.gz (or --env {ENV_MODEL}=...)",
+            f"the base component needs --model-data s3://.../model.tar.gz or s3://.../prefix/ "
+            f"(or --env {ENV_MODEL}=...)",
         )
         if self.model_data is not None:
             require(self.model_data.startswith("s3://"), f"model data {self.model_data!r} must be an s3:// URI")
@@ -156,7 +164,7 @@ def component_endpoint_config_request(spec: ComponentEndpointSpec, config_name: 
             "MinInstanceCount": spec.min_instances,
             "MaxInstanceCount": spec.max_instances,
         },
-        "RoutingConfig": {"RoutingStrategy": ROUTING},
+        "RoutingConfig": {"RoutingStrategy": spec.routing},
     }
     if spec.volume_size_gb is not None:
         variant["VolumeSizeInGB"] = spec.volume_size_gb

@@ -1,4 +1,5 @@
-"""A model folder (or one .gguf file) becomes model.tar.gz on S3.
+"""A model folder (or one .gguf file) becomes model.tar.gz on S3 (or, uncompressed, files under
+an S3 prefix: prefix_upload.py).
 
 The container reads ``/opt/ml/model``, which SageMaker fills by extracting
 ``model.tar.gz``; so the model's files must sit at the top of the archive
@@ -55,10 +56,14 @@ def model_files(source: Path) -> list[Path]:
     return files
 
 
+def model_base(source: Path) -> Path:
+    """What the model's file names are relative to: the folder, or a single file's folder."""
+    return source.parent if source.is_file() else source
+
+
 def build_archive(source: Path, archive: Path, progress: bool = True) -> Path:
     source = source.expanduser().resolve()
-    base = source.parent if source.is_file() else source
-    return write_archive(base, model_files(source), archive, progress)
+    return write_archive(model_base(source), model_files(source), archive, progress)
 
 
 def write_archive(base: Path, files: list[Path], archive: Path, progress: bool = True) -> Path:

@@ -21,6 +21,12 @@ DEFAULT_GPU_INSTANCE = "ml.g5.xlarge"  # 1x A10G (24 GB): 7-8B models in 16-bit 
 DEFAULT_CPU_INSTANCE = "ml.m5.xlarge"  # multi-model endpoints of small models
 DEFAULT_VARIANT = "AllTraffic"
 TAG_KEY = "llm-byoc:endpoint"
+# ProductionVariants[].RoutingConfig.RoutingStrategy (botocore's RoutingStrategy enum). An LLM request takes
+# from milliseconds to minutes: routed at random, short ones queue behind long ones on a busy instance while
+# another idles, so LLM endpoints send each request to the instance with the fewest requests in flight.
+LEAST_OUTSTANDING_REQUESTS = "LEAST_OUTSTANDING_REQUESTS"
+RANDOM = "RANDOM"  # SageMaker's default where no RoutingConfig is given
+ROUTING_STRATEGIES = {"least-outstanding-requests": LEAST_OUTSTANDING_REQUESTS, "random": RANDOM}
 
 ENDPOINT_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 # Families with local NVMe instance storage: SageMaker rejects VolumeSizeInGB there.
@@ -36,7 +42,7 @@ class EndpointSpec:
     name: str
     image: str
     role_arn: str
-    model_data: str | None  # model.tar.gz, or for multi-model the S3 prefix ending in "/"
+    model_data: str | None  # model.tar.gz; an S3 prefix ending in "/": uncompressed files (multi-model: its models)
     multi_model: bool = False
     instance_type: str = DEFAULT_GPU_INSTANCE
     instance_count: int = 1
@@ -45,9 +51,12 @@ class EndpointSpec:
     download_timeout_s: int = 1200  # S3 -> instance copy and extraction of model.tar.gz
     volume_size_gb: int | None = None  # EBS-only instance families
     variant: str = DEFAULT_VARIANT
+    routing: str | None = None  # None: least outstanding requests, or for multi-model none sent
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "environment", MappingProxyType(dict(self.environment)))
+        if self.routing is None and not self.multi_model:
+            object.__setattr__(self, "routing", LEAST_OUTSTANDING_REQUESTS)
         require(
             ENDPOINT_NAME.match(self.name) is not None,
             f"endpoint name {self.name!r}: letters, digits and -, at most 63",
@@ -65,6 +74,13 @@ class EndpointSpec:
                 bool(self.model_data) and self.model_data.endswith("/"),
                 "a multi-model endpoint needs an S3 prefix ending in / (its models live under it)",
             )
+            require(
+                self.routing is None,
+                "--routing is for single-model endpoints here: a multi-model endpoint keeps SageMaker's own "
+                "routing, which sends a model's requests to instances that have it loaded",
+            )
+        else:
+            check_routing(self.routing)
         if self.volume_size_gb is not None:
             require(
                 supports_volume_size(self.instance_type),
@@ -78,6 +94,13 @@ def require(condition: bool, message: str) -> None:
     """A DeployError with ``message`` unless ``condition`` holds."""
     if not condition:
         raise DeployError(message)
+
+
+def check_routing(strategy: str | None) -> None:
+    require(
+        strategy in ROUTING_STRATEGIES.values(),
+        f"routing strategy {strategy!r}: one of {', '.join(ROUTING_STRATEGIES.values())}",
+    )
 
 
 def supports_volume_size(instance_type: str) -> bool:
@@ -105,6 +128,43 @@ def timestamp(now: float | None = None) -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime(now))
 
 
+def is_uncompressed(model_data: str | None) -> bool:
+    """An S3 prefix ending in "/" of a single model: its files as they are, no model.tar.gz."""
+    return bool(model_data) and model_data.endswith("/")
+
+
+def model_data_fields(model_data: str, multi_model: bool = False) -> dict:
+    """Where a container's model comes from, in CreateModel's ContainerDefinition:
+
+    - ``s3://.../model.tar.gz``: ``ModelDataUrl``; SageMaker downloads the archive and unpacks it;
+    - ``s3://.../prefix/`` of one model: ``ModelDataSource`` with ``S3DataType=S3Prefix`` and
+      ``CompressionType=None``; SageMaker copies every object under the prefix into /opt/ml/model;
+    - the prefix of a multi-model endpoint: ``ModelDataUrl`` (each model under it is a tar.gz of its own).
+    """
+    if multi_model or not is_uncompressed(model_data):
+        return {"ModelDataUrl": model_data}
+    source = {"S3Uri": model_data, "S3DataType": "S3Prefix", "CompressionType": "None"}
+    return {"ModelDataSource": {"S3DataSource": source}}
+
+
+def model_data_of(container: dict) -> str | None:
+    """The model data URI of a described ContainerDefinition (the inverse of ``model_data_fields``)."""
+    if container.get("ModelDataUrl"):
+        return container["ModelDataUrl"]
+    source = (container.get("ModelDataSource") or {}).get("S3DataSource")
+    if not source:
+        return None
+    kind = (source.get("S3DataType"), source.get("CompressionType"))
+    if kind == ("S3Prefix", "None"):
+        return source["S3Uri"] if source["S3Uri"].endswith("/") else source["S3Uri"] + "/"
+    if kind == ("S3Object", "Gzip"):
+        return source["S3Uri"]
+    raise DeployError(
+        f"model data {source.get('S3Uri')!r} is {kind[0]} with compression {kind[1]}: this tool makes models "
+        "from a model.tar.gz or an uncompressed S3 prefix; pass --model-data with one of them"
+    )
+
+
 def container_definition(
     image: str, model_data: str | None, environment: Mapping[str, str], multi_model: bool = False
 ) -> dict:
@@ -114,7 +174,7 @@ def container_definition(
     if multi_model:
         env[ENV_MULTI_MODEL] = "true"
     if model_data:
-        container["ModelDataUrl"] = model_data
+        container.update(model_data_fields(model_data, multi_model))
     container["Environment"] = env
     return container
 
@@ -141,6 +201,8 @@ def endpoint_config_request(spec: EndpointSpec, config_name: str, model_name: st
         variant["ModelDataDownloadTimeoutInSeconds"] = spec.download_timeout_s
     if spec.volume_size_gb is not None:
         variant["VolumeSizeInGB"] = spec.volume_size_gb
+    if spec.routing is not None:
+        variant["RoutingConfig"] = {"RoutingStrategy": spec.routing}
     return {
         "EndpointConfigName": config_name,
         "ProductionVariants": [variant],
@@ -153,12 +215,15 @@ def spec_from_existing(name: str, model: dict, config: dict, **overrides) -> End
     container = model.get("PrimaryContainer") or {}
     variant = (config.get("ProductionVariants") or [{}])[0]
     environment = dict(container.get("Environment") or {})
+    multi_model = container.get("Mode") == "MultiModel"
+    # A config made before RoutingConfig was sent routes at random (SageMaker's default): an update keeps that.
+    routing = (variant.get("RoutingConfig") or {}).get("RoutingStrategy") or (None if multi_model else RANDOM)
     current = dict(
         name=name,
         image=container.get("Image", ""),
         role_arn=model.get("ExecutionRoleArn", ""),
-        model_data=container.get("ModelDataUrl"),
-        multi_model=container.get("Mode") == "MultiModel",
+        model_data=model_data_of(container),
+        multi_model=multi_model,
         instance_type=variant.get("InstanceType", DEFAULT_GPU_INSTANCE),
         instance_count=variant.get("InitialInstanceCount", 1),
         environment=environment,
@@ -166,6 +231,7 @@ def spec_from_existing(name: str, model: dict, config: dict, **overrides) -> End
         download_timeout_s=variant.get("ModelDataDownloadTimeoutInSeconds", 1200),
         volume_size_gb=variant.get("VolumeSizeInGB"),
         variant=variant.get("VariantName", DEFAULT_VARIANT),
+        routing=routing,
     )
     updates = {k: v for k, v in overrides.items() if v is not None}
     if "environment" in updates:

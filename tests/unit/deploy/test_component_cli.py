@@ -226,3 +226,30 @@ def test_list_components_shows_bases_and_their_adapters(stubbed):
     assert lines[0].split() == ["llama-base", "InService", "base", "copies", "1/1"]
     assert lines[1].split() == ["support", "Failed", "adapter", "of", "llama-base"]
     assert lines[2].strip() == "adapter rank 32 above 16"
+
+
+def test_a_base_from_a_folder_uploaded_uncompressed(no_credentials, tmp_path):
+    folder = tmp_path / "llama"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"\0" * 64)
+    argv = [a for a in BASE if a not in ("--model-data", "s3://models/llama/model.tar.gz")]
+    code, out = run(argv + ["--model-path", str(folder), "--upload-as", "prefix", "--s3-uri", "s3://models/llama/",
+                            "--dry-run"])
+    assert code == 0
+    assert dry_calls(out) == [
+        ("s3", "list_objects_v2"),
+        ("s3", "upload_file"),
+        ("s3", "upload_file"),
+        ("sagemaker", "describe_endpoint"),
+        ("sagemaker", "describe_inference_component"),
+        ("sagemaker", "create_model"),
+        ("sagemaker", "create_inference_component"),
+    ]
+    container = dry_params(out, "create_model")["PrimaryContainer"]
+    assert container["ModelDataSource"] == {
+        "S3DataSource": {"S3Uri": "s3://models/llama/", "S3DataType": "S3Prefix", "CompressionType": "None"}
+    }
+    assert dry_params(out, "create_inference_component")["Specification"]["ModelName"] == (
+        dry_params(out, "create_model")["ModelName"]
+    )

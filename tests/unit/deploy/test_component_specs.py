@@ -59,6 +59,30 @@ def test_base_model_carries_image_data_and_lora_settings():
     }
 
 
+def test_random_routing_when_asked():
+    spec = ComponentEndpointSpec("lora", ROLE_ARN, routing="RANDOM")
+    request = valid_for("CreateEndpointConfig", component_endpoint_config_request(spec, "lora-1"))
+    (variant,) = request["ProductionVariants"]
+    assert variant["RoutingConfig"] == {"RoutingStrategy": "RANDOM"}
+
+
+def test_an_uncompressed_base_goes_through_its_models_data_source():
+    """Specification.Container.ArtifactUrl must be one .tar.gz (botocore's documentation of the member):
+    a base from an S3 prefix reaches the component through its Model's ModelDataSource."""
+    container_spec = _MODEL.shape_for("InferenceComponentContainerSpecification")
+    assert "ModelDataSource" not in container_spec.members
+    assert "tar" in container_spec.members["ArtifactUrl"].documentation
+    spec = base(model_data="s3://models/llama/files/")
+    model = valid_for("CreateModel", base_model_request(spec, "llama-base-1"))["PrimaryContainer"]
+    assert "ModelDataUrl" not in model
+    assert model["ModelDataSource"] == {
+        "S3DataSource": {"S3Uri": "s3://models/llama/files/", "S3DataType": "S3Prefix", "CompressionType": "None"}
+    }
+    component = valid_for("CreateInferenceComponent", base_component_request(spec, "llama-base-1"))
+    assert component["Specification"]["ModelName"] == "llama-base-1" and "Container" not in component["Specification"]
+    assert component["Specification"]["StartupParameters"]["ModelDataDownloadTimeoutInSeconds"] == 1200
+
+
 def test_base_component_asks_for_accelerators_memory_cores_and_copies():
     request = valid_for(
         "CreateInferenceComponent", base_component_request(base(memory_mb=20480, cpu_cores=4, copies=2), "m-1")

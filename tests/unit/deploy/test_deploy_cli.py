@@ -61,6 +61,8 @@ def test_dry_run_create_prints_every_call_and_needs_no_credentials(no_credential
         "LLM_BYOC_MAX_NUM_SEQS": "32",
         "LLM_BYOC_DTYPE": "bfloat16",
     }
+    (variant,) = json.loads(out.splitlines()[3])["params"]["ProductionVariants"]
+    assert variant["RoutingConfig"] == {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"}
     assert out.splitlines()[-1] == "chat"
 
 
@@ -260,3 +262,81 @@ def test_add_model_checks_the_name_first(capsys, tmp_path):
     argv = ["add-model", str(tmp_path), "--model-name", "../escape", "--endpoint", "mme"]
     assert run(argv)[0] == 1  # no moto: an AWS call would fail the test
     _one_line_error(capsys, "model name '../escape'")
+
+
+def dry_params(text: str, operation: str) -> dict:
+    (record,) = [json.loads(line) for line in text.splitlines() if f'"operation": "{operation}"' in line]
+    return record["params"]
+
+
+@pytest.fixture
+def folder(tmp_path):
+    model = tmp_path / "smol"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "tokenizer.json").write_text("{}" + " " * 4094)  # no .safetensors: nothing to size
+    return model
+
+
+@pytest.mark.parametrize("threshold, uploads", [(1024, ["smol/model/config.json", "smol/model/tokenizer.json"]),
+                                                (10**6, ["smol/model.tar.gz"])])
+def test_the_threshold_picks_the_layout_of_a_local_model(no_credentials, monkeypatch, folder, threshold, uploads):
+    monkeypatch.setattr("llm_byoc.deploy.prefix_upload.PREFIX_THRESHOLD_BYTES", threshold)
+    code, out = run(CREATE[:7] + ["--model-path", str(folder), "--dry-run"])
+    assert code == 0
+    keys = [json.loads(line)["params"]["Key"] for line in out.splitlines() if '"upload_file"' in line]
+    assert keys == [f"llm-byoc/{k}" for k in uploads]
+    container = dry_params(out, "create_model")["PrimaryContainer"]
+    if len(uploads) == 1:
+        assert container["ModelDataUrl"] == "s3://sagemaker-us-east-1-123456789012/llm-byoc/smol/model.tar.gz"
+    else:
+        assert "ModelDataUrl" not in container
+        assert container["ModelDataSource"]["S3DataSource"] == {
+            "S3Uri": "s3://sagemaker-us-east-1-123456789012/llm-byoc/smol/model/",
+            "S3DataType": "S3Prefix",
+            "CompressionType": "None",
+        }
+
+
+def test_create_from_an_existing_prefix_with_random_routing_against_moto(aws):
+    argv = [a if a != "s3://models/chat/model.tar.gz" else "s3://models/chat/files/" for a in CREATE]
+    assert run(argv + ["--routing", "random", "--no-wait"])[0] == 0
+    sm = boto3.client("sagemaker")
+    config_name = sm.describe_endpoint(EndpointName="chat")["EndpointConfigName"]
+    config = sm.describe_endpoint_config(EndpointConfigName=config_name)
+    (variant,) = config["ProductionVariants"]
+    assert variant["RoutingConfig"] == {"RoutingStrategy": "RANDOM"}
+    container = sm.describe_model(ModelName=variant["ModelName"])["PrimaryContainer"]
+    assert container["ModelDataSource"]["S3DataSource"] == {
+        "S3Uri": "s3://models/chat/files/", "S3DataType": "S3Prefix", "CompressionType": "None"
+    }
+
+
+def test_package_uploads_a_folder_as_it_is_and_prints_the_prefix(aws, folder, capsys):
+    boto3.client("s3").create_bucket(Bucket="models")
+    code, out = run(["package", str(folder), "--upload-as", "prefix", "--s3-uri", "s3://models/smol/"])
+    assert (code, out) == (0, "s3://models/smol/\n")
+    keys = [o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket="models")["Contents"]]
+    assert keys == ["smol/config.json", "smol/tokenizer.json"]
+    assert "uncompressed" in capsys.readouterr().err
+    assert run(["package", str(folder), "--upload-as", "prefix", "--s3-uri", "s3://models/smol/"])[0] == 0
+    assert "2 of 2 files already in s3://models/smol/" in capsys.readouterr().err
+
+
+def test_routing_is_refused_for_a_multi_model_endpoint(capsys):
+    argv = ["create", "--name", "mme", "--image", IMAGE, "--role", ROLE_ARN, "--multi-model", "--model-data",
+            "s3://models/mme/", "--routing", "least-outstanding-requests"]
+    assert run(argv)[0] == 1  # no moto: an AWS call would fail the test
+    _one_line_error(capsys, "--routing is for single-model endpoints")
+
+
+def test_update_switches_routing_and_model_data(no_credentials):
+    code, out = run(["update", "--name", "chat", "--routing", "least-outstanding-requests", "--model-data",
+                     "s3://models/chat/files/", "--dry-run"])
+    assert code == 0
+    (variant,) = dry_params(out, "create_endpoint_config")["ProductionVariants"]
+    assert variant["RoutingConfig"] == {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"}
+    container = dry_params(out, "create_model")["PrimaryContainer"]
+    assert "ModelDataUrl" not in container and container["ModelDataSource"]["S3DataSource"]["S3Uri"] == (
+        "s3://models/chat/files/"
+    )

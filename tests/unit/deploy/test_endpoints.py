@@ -192,7 +192,9 @@ def stubbed():
             {"ModelArn": f"arn:aws:sagemaker:{REGION}:123456789012:model/{NEW}"},
             {"ModelName": NEW, "ExecutionRoleArn": ROLE_ARN, "PrimaryContainer": new_model, "Tags": ANY},
         )
-        new_variant = {**_old_config()["ProductionVariants"][0], "ModelName": NEW, "InitialVariantWeight": 1.0}
+        # The old config predates RoutingConfig: it routed at random, and the new one says so.
+        new_variant = {**_old_config()["ProductionVariants"][0], "ModelName": NEW, "InitialVariantWeight": 1.0,
+                       "RoutingConfig": {"RoutingStrategy": "RANDOM"}}
         stub.add_response(
             "create_endpoint_config",
             {"EndpointConfigArn": f"arn:aws:sagemaker:{REGION}:123456789012:endpoint-config/{NEW}"},
