@@ -155,7 +155,7 @@ def _add_operate(sub, common: list) -> None:
     p = sub.add_parser("update", parents=common, help="roll an endpoint to a new image / model / instance")
     p.add_argument("--name", required=True)
     p.add_argument("--image")
-    p.add_argument("--model-data")
+    p.add_argument("--model-data", help="s3://.../model.tar.gz, or s3://.../prefix/ of uncompressed files")
     p.add_argument("--instance-type")
     p.add_argument("--instance-count", type=int)
     p.add_argument("--routing", choices=tuple(ROUTING_STRATEGIES), help="default: the endpoint's current one")
