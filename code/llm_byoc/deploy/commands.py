@@ -12,7 +12,6 @@ import functools
 import json
 import re
 import sys
-import tempfile
 from pathlib import Path
 from typing import TextIO
 
@@ -31,16 +30,13 @@ from ..config import (
     ENV_SERVER_TIMEOUT,
     ENV_TENSOR_PARALLEL_SIZE,
 )
-from . import autoscale, ecr, endpoints, package, prefix_upload, role, sizing
+from . import autoscale, ecr, endpoints, role, sizing
+from .model_upload import check_model_path, upload_model
 from .errors import DeployError, EndpointFailed
 from .gateway import AwsGateway
 from .specs import DEFAULT_CPU_INSTANCE, DEFAULT_GPU_INSTANCE, ROUTING_STRATEGIES, EndpointSpec, timestamp
 from .waiter import describe_endpoint, wait_component, wait_in_service
 
-_LAYOUT_NOTES = {
-    "tarball": "model.tar.gz (SageMaker unpacks it into /opt/ml/model)",
-    "prefix": "files under an S3 prefix, uncompressed (SageMaker copies them into /opt/ml/model)",
-}
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
 _PLACEHOLDER_ROLE = "arn:aws:iam::000000000000:role/placeholder"
 _ENV_FLAGS = {
@@ -72,37 +68,10 @@ def environment(args: argparse.Namespace) -> dict[str, str]:
     return env
 
 
-def default_s3_uri(gateway: AwsGateway, name: str, archive: str) -> str:
-    """s3://sagemaker-<region>-<account>/llm-byoc/<name>/<archive> (the bucket is created if missing)."""
-    return f"s3://{package.default_bucket(gateway)}/llm-byoc/{name}/{archive}"
-
-
 def endpoint_waiter(args: argparse.Namespace):
     if args.no_wait:
         return None
     return functools.partial(wait_in_service, timeout_s=args.wait_timeout, poll_s=args.poll, out=sys.stderr)
-
-
-def package_and_upload(
-    gateway: AwsGateway, model_path: str, s3_uri: str | None, output: str | None = None, layout: str = "auto"
-) -> str:
-    """The model folder (or .gguf) on S3: model.tar.gz, or its files under a prefix (``layout``,
-    prefix_upload.choose_layout). Returns the S3 URI: the archive's, or the prefix's ending in /."""
-    source = Path(model_path).expanduser()
-    files = package.model_files(source.resolve())  # a wrong path fails before any AWS call
-    size = prefix_upload.total_bytes(files)
-    chosen = prefix_upload.choose_layout(layout, size, s3_uri, output)
-    name = source.resolve().name.removesuffix(".gguf") or "model"
-    print(f"{name}: {size / 2**30:.2f} GiB -> {_LAYOUT_NOTES[chosen]}", file=sys.stderr)
-    if chosen == "prefix":
-        target = s3_uri or default_s3_uri(gateway, name, "model/")
-        return prefix_upload.upload_folder(gateway, package.model_base(source.resolve()), files, target)
-    if s3_uri is None:
-        s3_uri = default_s3_uri(gateway, name, package.ARCHIVE_NAME)
-    with tempfile.TemporaryDirectory(prefix="llm-byoc-") as tmp:
-        archive = Path(output) if output else Path(tmp) / package.ARCHIVE_NAME
-        package.build_archive(source, archive)
-        return package.upload(gateway, archive, s3_uri)
 
 
 def routing(args: argparse.Namespace) -> str | None:
@@ -128,7 +97,7 @@ def cmd_role(args, gateway: AwsGateway, out: TextIO) -> int:
 
 
 def cmd_package(args, gateway: AwsGateway, out: TextIO) -> int:
-    print(package_and_upload(gateway, args.model_path, args.s3_uri, args.output, args.upload_as), file=out)
+    print(upload_model(gateway, args.model_path, args.s3_uri, args.output, args.upload_as), file=out)
     return 0
 
 
@@ -196,13 +165,12 @@ def cmd_create(args, gateway: AwsGateway, out: TextIO) -> int:
         routing=routing(args),
     )
     if args.model_path:
-        files = package.model_files(Path(args.model_path).expanduser().resolve())
-        prefix_upload.choose_layout(args.upload_as, prefix_upload.total_bytes(files), args.s3_uri)
+        check_model_path(args.model_path, args.upload_as, args.s3_uri)
     role_arn = role.resolve_role(gateway, args.role)
     endpoints.ensure_absent(gateway, spec.name)  # before a possibly long upload
     model_data = args.model_data
     if args.model_path:
-        model_data = package_and_upload(gateway, args.model_path, args.s3_uri, layout=args.upload_as)
+        model_data = upload_model(gateway, args.model_path, args.s3_uri, layout=args.upload_as)
     spec = dataclasses.replace(spec, role_arn=role_arn, model_data=model_data)
     endpoints.create(gateway, spec, timestamp(), endpoint_waiter(args), check_absent=False)
     print(spec.name, file=out, flush=True)
@@ -212,12 +180,12 @@ def cmd_create(args, gateway: AwsGateway, out: TextIO) -> int:
 def cmd_add_model(args, gateway: AwsGateway, out: TextIO) -> int:
     if not _MODEL_NAME.fullmatch(args.model_name):
         raise DeployError(f"model name {args.model_name!r}: letters, digits, . _ - (it becomes <name>.tar.gz)")
-    package.model_files(Path(args.model_path).expanduser().resolve())  # a wrong path fails before any AWS call
+    check_model_path(args.model_path, "tarball")  # a wrong path fails before any AWS call
     prefix = args.s3_prefix or endpoints.model_prefix(gateway, args.endpoint)
     if not prefix.endswith("/"):
         raise DeployError(f"S3 prefix {prefix!r} must end with /")
     target = f"{args.model_name}.tar.gz"
-    uploaded = package_and_upload(gateway, args.model_path, prefix + target, layout="tarball")
+    uploaded = upload_model(gateway, args.model_path, prefix + target, layout="tarball")
     print(
         f"uploaded {uploaded}; invoke it with --target-model {target} (first call loads it: a cold start)",
         file=sys.stderr,

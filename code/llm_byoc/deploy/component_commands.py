@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import TextIO
 
 from ..config import EngineConfig
-from . import adapter_package, components, package, prefix_upload, role
-from .commands import component_waiter, default_s3_uri, endpoint_waiter, environment, package_and_upload, routing
+from . import adapter_package, components, package, role
+from .commands import component_waiter, endpoint_waiter, environment, routing
+from .model_upload import check_model_path, default_s3_uri, upload_model
 from .component_specs import AdapterComponentSpec, BaseComponentSpec, ComponentEndpointSpec
 from .gateway import AwsGateway
 from .specs import DEFAULT_GPU_INSTANCE, timestamp
@@ -68,11 +69,10 @@ def cmd_add_base(args, gateway: AwsGateway, out: TextIO) -> int:
     )
     BaseComponentSpec(**fields)  # a bad setting fails here, before any AWS call or upload
     if args.model_path:
-        files = package.model_files(Path(args.model_path).expanduser().resolve())
-        prefix_upload.choose_layout(args.upload_as, prefix_upload.total_bytes(files), args.s3_uri)
+        check_model_path(args.model_path, args.upload_as, args.s3_uri)
     fields["role_arn"] = role.resolve_role(gateway, args.role)
     if args.model_path:
-        fields["model_data"] = package_and_upload(gateway, args.model_path, args.s3_uri, layout=args.upload_as)
+        fields["model_data"] = upload_model(gateway, args.model_path, args.s3_uri, layout=args.upload_as)
     spec = BaseComponentSpec(**fields)
     components.add_base(gateway, spec, timestamp(), _waiter(args))
     print(spec.name, file=out, flush=True)
