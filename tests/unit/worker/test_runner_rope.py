@@ -111,3 +111,30 @@ def test_seeded_sampling_is_reproducible_across_batches_and_preemption(runner):
     tight, squeezed = run("c", 8)
     assert tight.preemptions > 0
     assert roomy == again == squeezed and len({tuple(o) for o in roomy}) == 4
+
+
+def test_through_transformers_the_rows_still_go_by_their_own_length(tiny_rope_scaled_dir, monkeypatch):
+    """A model loaded through transformers (quantized, ...) gets our per-row rotary, not its module's, which
+    rescales every row by the batch's longest sequence; the engine is told the same either way."""
+    from llm_byoc.worker import loading
+    from llm_byoc.worker.models.rope import LengthRotary
+
+    native = ModelRunner.from_config(EngineConfig(model=str(tiny_rope_scaled_dir), max_num_seqs=4)).info
+    monkeypatch.setattr(loading, "native_unsupported", lambda *args: "a test says so")
+    runner = ModelRunner.from_config(EngineConfig(model=str(tiny_rope_scaled_dir), max_num_seqs=4))
+    assert runner.info.rope_by_length == native.rope_by_length
+    assert runner.info.max_model_len == native.max_model_len
+    if native.rope_by_length is None:
+        assert isinstance(runner.decoder.rotary, torch.nn.Module)  # llama3: transformers' own module is exact
+        return
+    assert isinstance(runner.decoder.rotary, LengthRotary)
+    requests = _crossing_requests()
+    result = drive(runner, requests, num_slots=4, token_budget=20, eos_token_ids=EOS)
+    _assert_matches_generate(tiny_rope_scaled_dir, requests, result.outputs)
+
+
+def test_a_dynamic_rope_stretches_the_context_by_its_factor(tiny_rope_scaled_dir, runner):
+    """As vLLM counts it: a dynamic Llama of 32 positions and factor 4 serves 128 tokens."""
+    rope = runner.info.rope_by_length
+    expected = 128 if rope is not None and rope.rope_type == "dynamic" else 256
+    assert runner.info.max_model_len == expected
