@@ -105,8 +105,6 @@ def _yarn(params: dict, dim: int, max_positions: int) -> tuple[torch.Tensor, flo
 class Rotary:
     """``rotary(x, position_ids [B, T]) -> cos, sin [B, T, head_dim]`` in x's dtype, as transformers' module."""
 
-    by_length = False  # one table for every row
-
     def __init__(self, inv_freq: torch.Tensor, attention_scaling: float):
         self.inv_freq, self.attention_scaling = inv_freq, attention_scaling
 
@@ -173,7 +171,6 @@ class LengthRotary:
     """``rotary(x, position_ids [1, T], lengths [T]) -> cos, sin [1, T, head_dim]``: row t rotated with the table
     of a forward over ``lengths[t]`` tokens (``dynamic``, ``longrope``)."""
 
-    by_length = True
     _CACHED = 4096  # dynamic tables kept, one per length seen
 
     def __init__(self, params: dict, head_dim: int, max_positions: int, device: torch.device):
