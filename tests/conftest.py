@@ -12,7 +12,13 @@ from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fixtures.tiny_models import build_tiny_decoder, build_tiny_llama, build_tiny_opt  # noqa: E402
+from fixtures.tiny_models import (  # noqa: E402
+    ROPE_ATTENTION_SCALE,
+    ROPE_BY_LENGTH,
+    build_tiny_decoder,
+    build_tiny_llama,
+    build_tiny_opt,
+)
 
 # Property-based tests (the fuzz suites): "ci" is the default, reproducible and
 # bounded; `pytest --hypothesis-profile=thorough` searches much wider.
@@ -50,6 +56,14 @@ def tiny_qwen3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_phi3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 2-layer random Phi-3 of the tiny Llama's shape and tokenizer (fused q/k/v and gate/up)."""
     return build_tiny_decoder(tmp_path_factory.mktemp("models") / "tiny-phi3", "phi3")
+
+
+@pytest.fixture(scope="session", params=sorted(ROPE_BY_LENGTH))
+def tiny_rope_scaled_dir(request, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer random Phi-3 with longrope, a Llama with dynamic RoPE, a Llama 3.1 (tiny_models.ROPE_BY_LENGTH)."""
+    model_type, settings = ROPE_BY_LENGTH[request.param]
+    return build_tiny_decoder(tmp_path_factory.mktemp("models") / f"tiny-{request.param}", model_type,
+                              attention_scale=ROPE_ATTENTION_SCALE, **settings)
 
 
 @pytest.fixture(scope="session")

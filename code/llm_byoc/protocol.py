@@ -144,6 +144,26 @@ class SamplingParams:
 
 
 @dataclass(frozen=True)
+class RopeByLength:
+    """A RoPE whose table depends on the sequence's length (``dynamic``, ``longrope``), as the engine sees it.
+
+    Transformers picks the table of a forward from the sequence's length then: the prompt's length for the
+    prefill, ``position + 1`` for each decode. So each token's table follows from its position and the
+    sequence's ``rope_length`` (its prompt's length, see ``ScheduledChunk``), and two sequences may share
+    cached blocks only when their ``cache_key`` is the same."""
+
+    rope_type: str  # "dynamic" | "longrope"
+    threshold: int  # lengths up to this use the unscaled (longrope: short) table
+    recompute_on_switch: bool = False  # Phi-3: outgrowing the threshold recomputes every token (long factors)
+
+    def cache_key(self, rope_length: int) -> str:
+        """The prefix-cache key space of a sequence with this ``rope_length``."""
+        if rope_length <= self.threshold:
+            return "rope:base"
+        return "rope:long" if self.rope_type == "longrope" else f"rope:{rope_length}"
+
+
+@dataclass(frozen=True)
 class ModelInfo:
     """What the worker tells the engine once the model is loaded and its KV cache allocated."""
 
@@ -165,6 +185,7 @@ class ModelInfo:
     lora_modules: dict[str, list[int]] = field(default_factory=dict)  # module -> [in, out]; {}: no LoRA
     engine: str = "native"  # the engine that runs the model: native | vllm (engine/engine_choice.py)
     engine_reason: str = ""  # why that one (LLM_BYOC_ENGINE, or what auto saw)
+    rope_by_length: RopeByLength | None = None  # None: one RoPE table for every sequence
 
     @property
     def kv_cache_bytes(self) -> int:
@@ -202,6 +223,7 @@ class ScheduledChunk:
     start_pos: int
     sample: bool
     block_ids: list[int] = field(default_factory=list)
+    rope_length: int = 0  # RopeByLength models: the sequence's prompt length (0 otherwise); see RopeByLength
 
 
 @dataclass(frozen=True)
@@ -410,6 +432,7 @@ _CODEC = MessageCodec(
         GrammarSpec,
         TokenMask,
         ModelInfo,
+        RopeByLength,
         NewSequence,
         ScheduledChunk,
         StepBatch,

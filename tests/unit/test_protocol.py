@@ -12,6 +12,7 @@ from llm_byoc.protocol import (
     ModelInfo,
     NewSequence,
     ProtocolError,
+    RopeByLength,
     SamplingParams,
     ScheduledChunk,
     SequenceUpdate,
@@ -25,7 +26,7 @@ def test_messages_round_trip_with_nested_dataclasses_and_enums():
     batch = StepBatch(
         3,
         [NewSequence("a", SamplingParams(stop=["x"], seed=7))],
-        [ScheduledChunk("a", [1, 2], 0, True, [4, 1])],
+        [ScheduledChunk("a", [1, 2], 0, True, [4, 1]), ScheduledChunk("d", [3], 40, True, [5], rope_length=38)],
         ["b"],
         ["c"],
     )
@@ -33,6 +34,7 @@ def test_messages_round_trip_with_nested_dataclasses_and_enums():
     info = ModelInfo(
         model_type="llama", model_path="/m", vocab_size=10, max_model_len=20, eos_token_ids=[2],
         device="cpu", dtype="float32", max_num_seqs=4, load_time_s=1.0,
+        rope_by_length=RopeByLength("longrope", 4096, recompute_on_switch=True),
     )
     report = HealthReport(EngineState.READY, info=info, num_waiting=1, kv_cache=KVCacheStats(16, 10, 2, 1, 20))
     assert decode(encode(report)) == report

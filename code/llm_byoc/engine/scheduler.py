@@ -47,6 +47,15 @@ Admission: a sequence is refused with QueueFull when it would have to wait
 behind ``max_waiting`` others (free running slots count as no wait), and with
 InvalidRequest when its prompt can never fit the context or the KV cache.
 
+RoPE by length (``protocol.RopeByLength``: ``dynamic``, ``longrope``): each chunk
+carries its sequence's ``rope_length`` (the prompt's length), from which the
+worker rotates each token as ``generate`` of that prompt alone would; sequences
+whose tables differ never share prefix-cache blocks (the key joins the cache
+namespace). Phi-3's ``longrope`` recomputes a sequence whose length outgrows
+the threshold with the long factors, as transformers drops its cache then: it
+goes back to the front of the queue like a preempted one, ``rope_length`` now
+its whole length, and is admitted again in the same step if memory allows.
+
 Structured output (``structured_output.py``): a sequence with a grammar waits,
 keeping its place, until its grammar is compiled (off the step loop); each of
 its sampling steps carries its token mask, and each sampled token advances its
@@ -70,6 +79,7 @@ from ..protocol import (
     KVCacheStats,
     ModelInfo,
     NewSequence,
+    RopeByLength,
     ScheduledChunk,
     SequenceRejected,
     SequenceUpdate,
@@ -101,6 +111,7 @@ class SchedulerLimits:
     max_cpu_loras: int = 32
     session_kv_share: float = 0.5  # of the blocks, at most, pinned by open sessions
     session_ttl_s: float = 1200.0
+    rope_by_length: RopeByLength | None = None  # the model's RoPE depends on the sequence's length
 
     def __post_init__(self) -> None:
         capacity = (self.num_kv_blocks - 1) * self.block_size
@@ -131,6 +142,7 @@ class SchedulerLimits:
             max_cpu_loras=config.max_cpu_loras,
             session_kv_share=config.session_kv_share,
             session_ttl_s=config.session_ttl_s,
+            rope_by_length=info.rope_by_length,
         )
 
 
@@ -187,6 +199,8 @@ class Scheduler:
         namespace = f"lora:{adapter.uid}" if adapter is not None else ""
         seq = Sequence(request.seq_id, list(request.prompt_token_ids), request.params, arrival=self._arrivals,
                        cache_namespace=namespace, adapter=adapter, session_id=request.session_id)
+        if self.limits.rope_by_length is not None:
+            self._set_rope_length(seq, seq.num_tokens)
         self._waiting.append(seq)
         self.structured.pending(seq)  # a grammar starts compiling now
         if adapter is not None:
@@ -244,6 +258,7 @@ class Scheduler:
 
     def schedule(self) -> StepBatch | None:
         """The next step's work (maybe only sequences to free), or None when there is none."""
+        switched = self._switch_rope()
         plan = self._plan_running()
         preempted = self._grow_blocks(plan)
         chunks = [self._chunk(self._running[s], n, blocks) for s, (n, blocks) in plan.items() if s in self._running]
@@ -261,7 +276,7 @@ class Scheduler:
         self._scheduled = [self._running[c.seq_id] for c in chunks]
         self._expect_sample = {c.seq_id for c in chunks if c.sample}
         masks = self.structured.masks([self._running[c.seq_id] for c in chunks if c.sample])
-        return StepBatch(self._step_id, new, chunks, freed, preempted, drops, loads, activations, masks)
+        return StepBatch(self._step_id, new, chunks, freed, switched + preempted, drops, loads, activations, masks)
 
     def _plan_running(self) -> dict[str, tuple[int, list[int]]]:
         """Tokens each running sequence computes this step: decodes first, then prefill chunks."""
@@ -347,14 +362,34 @@ class Scheduler:
             self.adapters.forget(uid)
             self._retired.discard(uid)
 
-    def _preempt(self, seq: Sequence) -> None:
+    def _preempt(self, seq: Sequence, count: bool = True) -> None:
         """Back to the front of the queue, its blocks freed; it is recomputed when admitted again."""
         del self._running[seq.seq_id]
         self.kv.free(seq)
         seq.num_computed = 0
         seq.status = SequenceStatus.WAITING
         self._waiting.appendleft(seq)
-        self.num_preemptions += 1
+        if count:
+            self.num_preemptions += 1
+
+    def _switch_rope(self) -> list[str]:
+        """Running sequences that outgrew a recomputing RoPE's threshold (Phi-3 ``longrope``), sent back to be
+        computed again with the long table (their ids: the worker drops their block tables)."""
+        rope = self.limits.rope_by_length
+        if rope is None or not rope.recompute_on_switch:
+            return []
+        switched = [s for s in self._running.values() if s.rope_length <= rope.threshold < s.num_tokens]
+        for seq in sorted(switched, key=lambda s: s.arrival, reverse=True):  # the oldest ends up first in line
+            self._preempt(seq, count=False)
+            self._set_rope_length(seq, seq.num_tokens)
+        return [seq.seq_id for seq in switched]
+
+    def _set_rope_length(self, seq: Sequence, length: int) -> None:
+        """``seq``'s RoPE goes by ``length`` tokens: its blocks are cached among those of the same table."""
+        base = seq.cache_namespace.rsplit("|rope:", 1)[0] if seq.rope_length else seq.cache_namespace
+        seq.rope_length = length
+        seq.cache_namespace = f"{base}|{self.limits.rope_by_length.cache_key(length)}"
+        seq.block_hashes = []
 
     def _chunk(self, seq: Sequence, n: int, block_ids: list[int]) -> ScheduledChunk:
         start = seq.num_computed
@@ -365,6 +400,7 @@ class Scheduler:
             start_pos=start,
             sample=seq.num_computed == seq.num_tokens,
             block_ids=block_ids,
+            rope_length=seq.rope_length,
         )
 
     def postprocess(self, output: StepOutput) -> list[SequenceUpdate]:

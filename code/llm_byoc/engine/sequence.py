@@ -37,6 +37,7 @@ class Sequence:
     adapter: AdapterSpec | None = None  # its LoRA adapter; None: the base model
     session_id: str = ""  # the stateful session it belongs to (its prompt's prefix stays cached)
     num_prompt_tokens: int = 0
+    rope_length: int = 0  # a RoPE that depends on the length: the length its table goes by (protocol.RopeByLength)
     num_computed: int = 0
     num_cached_tokens: int = 0  # prompt tokens taken from the prefix cache at (first) admission
     status: SequenceStatus = SequenceStatus.WAITING

@@ -74,6 +74,7 @@ class StepInputs:
     sample_rows: torch.Tensor  # [S] long: rows whose next token is sampled
     sample_seq_ids: list[str]  # sequence of each sample row, same order
     shared_prefixes: list[SharedPrefix] = ()  # prefill chunks attended by cascade (not in ``prefills``)
+    rope_lengths: list[int] | None = None  # [T]: each row's sequence length as RoPE sees it; None: not needed
 
 
 def length_bucket(kv_len: int) -> int:
@@ -93,22 +94,28 @@ def order_chunks(chunks: list[ScheduledChunk], lora_slot=None) -> list[Scheduled
 
 def build_step_inputs(
     chunks: list[ScheduledChunk], tables: dict[str, list[int]], block_size: int, device: torch.device,
-    cascade: bool = False,
+    cascade: bool = False, rope_lengths: bool = False,
 ) -> StepInputs:
     """``chunks`` in ``order_chunks`` order; ``tables``: each sequence's block table, this step's blocks included.
-    ``cascade``: group prefill chunks behind the same cached blocks into ``SharedPrefix``es."""
+    ``cascade``: group prefill chunks behind the same cached blocks into ``SharedPrefix``es. ``rope_lengths``:
+    the model's RoPE depends on the length (``protocol.RopeByLength``): a row at position p of a sequence with
+    ``rope_length`` L is rotated as transformers' forward over max(L, p + 1) tokens rotates it (the prompt's
+    length for every prompt token, chunked or not; p + 1 for a generated one)."""
     token_ids: list[int] = []
     positions: list[int] = []
     slots: list[int] = []
     sample_rows: list[int] = []
     sample_seq_ids: list[str] = []
     prefills: list[PrefillSpan] = []
+    lengths: list[int] | None = [] if rope_lengths else None
     behind: dict[tuple[int, ...], list[tuple[int, ScheduledChunk]]] = {}  # cached blocks -> chunks after them
     for chunk in chunks:
         row, n, table = len(token_ids), len(chunk.token_ids), tables[chunk.seq_id]
         token_ids.extend(chunk.token_ids)
         span = range(chunk.start_pos, chunk.start_pos + n)
         positions.extend(span)
+        if lengths is not None:
+            lengths.extend(max(chunk.rope_length, p + 1) for p in span)
         slots.extend(table[p // block_size] * block_size + p % block_size for p in span)
         if chunk.sample:
             sample_rows.append(row + n - 1)
@@ -132,7 +139,7 @@ def build_step_inputs(
     return StepInputs(
         as_tensor(token_ids), as_tensor(positions), as_tensor(slots),
         _decode_groups(singles, tables, block_size, device), prefills,
-        as_tensor(sample_rows), sample_seq_ids, shared,
+        as_tensor(sample_rows), sample_seq_ids, shared, lengths,
     )
 
 

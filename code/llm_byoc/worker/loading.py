@@ -31,7 +31,7 @@ from ..models.loader import (
     read_model_config,
     resolve_dtype,
 )
-from ..protocol import ModelInfo
+from ..protocol import ModelInfo, RopeByLength
 from .linear import MakeLinear, linear_factory, resolve_backend
 from .models import (
     NeedsTransformers,
@@ -42,6 +42,7 @@ from .models import (
     load_decoder,
     native_unsupported,
 )
+from .models.rope import rope_by_length
 
 log = logging.getLogger(__name__)
 
@@ -60,14 +61,19 @@ class LoadedModel:
 
 
 def model_max_len(model_config, configured: int | None) -> int:
-    """The configured context, or the model's own capped at 4096; never beyond the model's."""
+    """The configured context, or the model's own capped at 4096; never beyond the model's (``dynamic`` RoPE:
+    ``max_position_embeddings`` times its factor, as vLLM counts it)."""
     model_limit = getattr(model_config, "max_position_embeddings", None) or DEFAULT_MAX_MODEL_LEN
+    rope = getattr(model_config, "rope_parameters", None)
+    rope_scaled = isinstance(rope, dict) and rope.get("rope_type") == "dynamic" and bool(rope.get("factor"))
+    if rope_scaled:
+        model_limit = int(model_limit * rope["factor"])
     if configured is None:
         return min(model_limit, DEFAULT_MAX_MODEL_LEN)
     if configured > model_limit:
         raise ModelLoadError(
             f"LLM_BYOC_MAX_MODEL_LEN={configured} exceeds the model's "
-            f"max_position_embeddings ({model_limit})"
+            f"max_position_embeddings ({model_limit}{', with its dynamic RoPE factor' if rope_scaled else ''})"
         )
     return configured
 
@@ -133,10 +139,19 @@ def load_model(config: EngineConfig) -> LoadedModel:
         load_time_s=round(time.monotonic() - started, 3),
         param_bytes=param_bytes,
         linear_backend=backend,
+        rope_by_length=_rope_by_length(model_config),
     )
     log.info("loaded %s (%s, %s on %s, %s linear kernels%s) in %.1f s", folder, info.model_type, info.dtype,
              device, backend, "" if native_reason is None else ", through transformers", info.load_time_s)
     return LoadedModel(decoder, info, device, dtype)
+
+
+def _rope_by_length(model_config) -> RopeByLength | None:
+    """How the model's RoPE depends on a sequence's length (our config or transformers'), if it does."""
+    params = getattr(model_config, "rope_parameters", None)
+    if not isinstance(params, dict) or any(isinstance(value, dict) for value in params.values()):
+        return None
+    return rope_by_length(params, model_config.max_position_embeddings, model_config.model_type)
 
 
 def _model_config(folder: Path, raw: dict, trust_remote_code: bool):

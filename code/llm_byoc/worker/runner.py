@@ -55,6 +55,7 @@ class ModelRunner:
         self.max_len = loaded.info.max_model_len
         self.block_size = size.block_size
         self.cascade = self.device.type in CASCADE_DEVICES  # chunks behind one cached prefix attend over it once
+        self.rope_lengths = loaded.info.rope_by_length is not None  # rows need their sequence's length
         self.cache = PagedKVCache(
             self.decoder.num_layers, size.num_blocks, size.block_size, self.decoder.num_kv_heads,
             self.decoder.head_dim, loaded.dtype, loaded.device, commit=commit_kv, huge_pages=huge_pages,
@@ -195,7 +196,7 @@ class ModelRunner:
     def _compute(self, chunks: list[ScheduledChunk], masks: dict[str, bytes]) -> list:
         ordered = order_chunks(chunks, self._lora_slot)
         tables = {c.seq_id: self._seqs[c.seq_id].blocks for c in ordered}
-        inputs = build_step_inputs(ordered, tables, self.block_size, self.device, self.cascade)
+        inputs = build_step_inputs(ordered, tables, self.block_size, self.device, self.cascade, self.rope_lengths)
         lora = self._lora_step(ordered, inputs)
         with torch.inference_mode():
             hidden = self.decoder.forward(inputs, self.cache, lora)  # [T, hidden]
@@ -237,7 +238,8 @@ def profile_step(loaded: LoadedModel, config: EngineConfig) -> None:
     scratch = PagedKVCache(decoder.num_layers, len(blocks) + 1, size, decoder.num_kv_heads, decoder.head_dim,
                            loaded.dtype, loaded.device)
     chunk = ScheduledChunk("profile", [0] * tokens, 0, True, blocks)
-    inputs = build_step_inputs([chunk], {"profile": blocks}, size, loaded.device)
+    inputs = build_step_inputs([chunk], {"profile": blocks}, size, loaded.device,
+                               rope_lengths=loaded.info.rope_by_length is not None)
     with torch.inference_mode():
         hidden = decoder.forward(inputs, scratch)
         decoder.logits(hidden[: loaded.info.max_num_seqs])

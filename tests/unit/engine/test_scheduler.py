@@ -8,6 +8,7 @@ from llm_byoc.errors import InvalidRequest, QueueFull
 from llm_byoc.protocol import (
     AddSequence,
     FinishReason,
+    RopeByLength,
     SampledToken,
     SamplingParams,
     StepBatch,
@@ -18,7 +19,7 @@ EOS = 2
 
 
 def make(max_num_seqs=4, max_batched_tokens=32, max_model_len=64, max_waiting=8, num_kv_blocks=65,
-         block_size=16, prefix_caching=True) -> Scheduler:
+         block_size=16, prefix_caching=True, rope_by_length=None) -> Scheduler:
     return Scheduler(
         SchedulerLimits(
             max_num_seqs=max_num_seqs,
@@ -31,6 +32,7 @@ def make(max_num_seqs=4, max_batched_tokens=32, max_model_len=64, max_waiting=8,
             num_kv_blocks=num_kv_blocks,
             block_size=block_size,
             enable_prefix_caching=prefix_caching,
+            rope_by_length=rope_by_length,
         )
     )
 
@@ -384,3 +386,40 @@ def test_with_no_prefix_shared_prefix_caching_changes_no_step():
     assert without_blocks(on) == without_blocks(off)
     assert len(block_ids(off)) == peak_off < 32  # off: only as many blocks as were ever held at once
     assert len(block_ids(on)) == 32  # on: the whole pool, finished prompts' blocks kept for later hits
+
+
+def test_chunks_carry_the_prompt_length_their_rope_goes_by():
+    s = make(max_batched_tokens=8, rope_by_length=RopeByLength("dynamic", 32, False))
+    add(s, "a", 20, max_new_tokens=3)
+    batches = [run_step(s)[0] for _ in range(5)]
+    assert [(c.start_pos, len(c.token_ids), c.rope_length) for b in batches for c in b.chunks] == [
+        (0, 8, 20), (8, 8, 20), (16, 4, 20), (20, 1, 20), (21, 1, 20)]  # prompt chunks and decodes alike
+    plain = make(max_batched_tokens=8)
+    add(plain, "a", 20)
+    assert run_step(plain)[0].chunks[0].rope_length == 0
+
+
+def test_blocks_are_shared_only_between_prompts_rotated_alike():
+    s = make(block_size=4, max_batched_tokens=64, rope_by_length=RopeByLength("longrope", 12, False))
+    doc = list(range(20, 40))
+    cached = {}
+    for seq_id, n in [("short", 10), ("short2", 11), ("long", 16), ("long2", 18)]:
+        add(s, seq_id, 0, max_new_tokens=1, prompt=doc[:n])
+        cached.update({u.seq_id: u.num_cached_tokens for u in run_step(s)[1]})
+    assert cached == {"short": 0, "short2": 8, "long": 0, "long2": 16}
+
+
+def test_a_phi3_sequence_outgrowing_the_threshold_is_computed_again_with_its_whole_length():
+    """transformers' Phi-3 drops its cache when a sequence first passes original_max_position_embeddings: the
+    sequence goes back to be computed from its first token, its rope_length now its whole length."""
+    s = make(block_size=4, max_batched_tokens=64, rope_by_length=RopeByLength("longrope", 12, True))
+    add(s, "a", 10, max_new_tokens=6)
+    add(s, "b", 20, max_new_tokens=2)  # past the threshold from the start: never recomputed
+    steps = [run_step(s)[0] for _ in range(4)]
+    assert [c.rope_length for c in steps[0].chunks] == [10, 20]
+    assert steps[2].preempted == [] and steps[3].preempted == ["a"]  # 13 tokens: the 13th computes past 12
+    (chunk,) = [c for c in steps[3].chunks if c.seq_id == "a"]
+    assert (chunk.start_pos, len(chunk.token_ids), chunk.rope_length, chunk.sample) == (0, 13, 13, True)
+    assert s.num_preemptions == 0
+    batch, _ = run_step(s)
+    assert batch.preempted == [] and [(c.start_pos, c.rope_length) for c in batch.chunks] == [(13, 13)]

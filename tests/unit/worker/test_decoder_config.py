@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from transformers import (
@@ -127,10 +128,21 @@ def test_check_supported_judges_ours_as_it_judges_transformers(name, tmp_path):
         assert outcomes[0] == outcomes[1], (max_len, outcomes)
 
 
-def test_per_batch_rope_is_refused_from_our_config(tmp_path):
-    _, ours, _ = _round_trip(LlamaConfig(**SMALL, rope_parameters={"rope_type": "dynamic", "factor": 2.0}), tmp_path)
-    with pytest.raises(ModelLoadError, match="rope type 'dynamic'"):
-        check_supported(ours, 256)
+LONGROPE = {"rope_type": "longrope", "short_factor": [1.0] * 8, "long_factor": [2.0] * 8}
+
+
+@pytest.mark.parametrize("config", [
+    lambda: LlamaConfig(**SMALL, rope_parameters={"rope_type": "dynamic", "factor": 2.0}),
+    lambda: Phi3Config(**SMALL, num_key_value_heads=2, original_max_position_embeddings=32, rope_parameters=LONGROPE),
+])
+def test_rope_by_length_is_taken_whole_heads_only(config, tmp_path):
+    hf, ours, raw = _round_trip(config(), tmp_path)
+    for judged in (hf, ours):
+        check_supported(judged, 256)
+    assert native_unsupported(ours, raw, trust_remote_code=False) is None
+    partial = dict(ours.rope_parameters, partial_rotary_factor=0.5)
+    with pytest.raises(ModelLoadError, match=f"rope type '{partial['rope_type']}' with partial_rotary_factor 0.5"):
+        check_supported(replace(ours, model_type="llama", rope_parameters=partial), 256)
 
 
 def test_a_phi3_window_shorter_than_the_context_and_partial_rope_are_refused(tmp_path):

@@ -62,9 +62,11 @@ def test_an_architecture_that_exists_only_as_remote_code_names_the_setting(tiny_
         load_model(EngineConfig(model=str(folder), trust_remote_code=True))
 
 
-def test_rope_that_depends_on_the_batch_is_refused():
+def test_rope_on_part_of_each_head_that_depends_on_the_length_is_refused():
     config = LlamaConfig(rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0})
-    with pytest.raises(ModelLoadError, match="rope type 'dynamic'"):
+    check_supported(config, 256)
+    config.rope_parameters["partial_rotary_factor"] = 0.5
+    with pytest.raises(ModelLoadError, match="rope type 'dynamic' with partial_rotary_factor 0.5"):
         check_supported(config, 256)
 
 

@@ -21,7 +21,7 @@ from .activations import ACTIVATIONS
 from .config import DecoderConfig, LlamaDecoderConfig, NeedsTransformers, decoder_config, uses_window_by_default
 from .llama import LlamaDecoder
 from .opt import OPTDecoder
-from .rope import rope_unsupported
+from .rope import LENGTH_ROPE_TYPES, rope_unsupported
 from .weights import CheckpointWeights
 
 DECODERS = {
@@ -35,8 +35,6 @@ DECODERS = {
     "qwen3_moe": LlamaDecoder,
     "opt": OPTDecoder,
 }
-
-_PER_BATCH_ROPE = ("dynamic", "longrope")
 
 
 def check_model_type(model_type, raw: dict | None = None, trust_remote_code: bool = False) -> None:
@@ -63,10 +61,11 @@ def check_supported(config, max_model_len: int) -> None:
     check_model_type(model_type)
     rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
     rope = rope if isinstance(rope, dict) else {}
-    if rope.get("rope_type", rope.get("type")) in _PER_BATCH_ROPE:
+    rope_type = rope.get("rope_type", rope.get("type"))
+    if rope_type in LENGTH_ROPE_TYPES and rope.get("partial_rotary_factor", 1.0) != 1.0:
         raise ModelLoadError(
-            f"rope type {rope.get('rope_type')!r} rescales by the longest sequence in a batch, "
-            "which a continuously batched step cannot reproduce; it is not supported"
+            f"rope type {rope_type!r} with partial_rotary_factor {rope['partial_rotary_factor']} (RoPE on part "
+            "of each head) is not supported"
         )
     if model_type == "phi3" and rope.get("partial_rotary_factor", 1.0) != 1.0:
         raise ModelLoadError(

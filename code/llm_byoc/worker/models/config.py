@@ -116,7 +116,7 @@ class LlamaDecoderConfig:
             num_key_value_heads=raw.get("num_key_value_heads", defaults["num_key_value_heads"]) or heads,
             head_dim=raw.get("head_dim") or defaults["head_dim"] or raw["hidden_size"] // heads,
             hidden_act=raw.get("hidden_act", "silu"), rms_norm_eps=float(raw.get("rms_norm_eps", defaults["rms_norm_eps"])),
-            max_position_embeddings=max_positions, rope_parameters=rope_parameters(raw, max_positions),
+            max_position_embeddings=max_positions, rope_parameters=rope_parameters(raw, max_positions, model_type),
             qkv_bias=model_type == "qwen2" or attention_bias or (model_type == "qwen2_moe" and bool(raw.get("qkv_bias", True))),
             o_bias=attention_bias,
             mlp_bias=model_type == "llama" and bool(raw.get("mlp_bias", False)),
@@ -192,8 +192,11 @@ def decoder_config(raw: dict) -> DecoderConfig:
     return LlamaDecoderConfig.from_json(raw)
 
 
-def rope_parameters(raw: dict, max_positions: int) -> dict:
-    """config.json's RoPE settings as transformers standardizes them (flat, one set for every layer)."""
+def rope_parameters(raw: dict, max_positions: int, model_type: str = "") -> dict:
+    """config.json's RoPE settings as transformers standardizes them (flat, one set for every layer).
+
+    Phi3Config as transformers 5 reads it: ``su`` and ``yarn`` are ``longrope`` (the first Phi-3 checkpoints'
+    names), and ``original_max_position_embeddings`` is a top-level field, 4096 unless set."""
     params = raw.get("rope_scaling") or raw.get("rope_parameters") or {}
     if not isinstance(params, dict) or any(isinstance(value, dict) for value in params.values()):
         raise NeedsTransformers("its RoPE parameters differ by layer type")
@@ -202,9 +205,15 @@ def rope_parameters(raw: dict, max_positions: int) -> dict:
     if raw.get("partial_rotary_factor") is not None:
         params.setdefault("partial_rotary_factor", raw["partial_rotary_factor"])
     params.setdefault("rope_type", params.get("type", "default"))
+    top_level = raw.get("original_max_position_embeddings")
+    if model_type == "phi3":
+        params.setdefault("partial_rotary_factor", 1.0)
+        top_level = 4096 if top_level is None else top_level
+        if params["rope_type"] in ("su", "yarn"):
+            params["rope_type"] = "longrope"
     if params["rope_type"] in _SCALED_ROPE:
-        if "original_max_position_embeddings" in raw:  # Phi3-style: the top-level value wins
-            params["original_max_position_embeddings"] = raw["original_max_position_embeddings"]
+        if top_level is not None:  # Phi3-style: the top-level value wins
+            params["original_max_position_embeddings"] = top_level
         params.setdefault("original_max_position_embeddings", max_positions)
     return params
 

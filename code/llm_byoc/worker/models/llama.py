@@ -26,7 +26,7 @@ from ..lora import LoRAStep
 from .activations import activation
 from .config import FUSED_CHECKPOINT, LlamaDecoderConfig
 from .moe import RoutedExperts
-from .rope import Rotary
+from .rope import LENGTH_ROPE_TYPES, LengthRotary, Rotary
 from .weights import CheckpointWeights
 
 
@@ -36,9 +36,14 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * normed.to(x.dtype)
 
 
-def rope_tables(rotary, h: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sign-folded sin, [T, 1, D] each, computed once per step for all layers."""
-    cos, sin = rotary(h, positions[None])  # [1, T, D], with the config's rope scaling
+def rope_tables(rotary, h: torch.Tensor, positions: torch.Tensor,
+                lengths: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sign-folded sin, [T, 1, D] each, computed once per step for all layers; ``lengths``: each row's
+    sequence length as transformers' rotary saw it (a ``LengthRotary``), else None."""
+    if lengths is None:
+        cos, sin = rotary(h, positions[None])  # [1, T, D], with the config's rope scaling
+    else:
+        cos, sin = rotary(h, positions[None], lengths)  # [1, T, D], each row with its sequence's table
     half = sin.shape[-1] // 2
     signed_sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
     return cos[0, :, None, :], signed_sin[0, :, None, :]
@@ -185,10 +190,14 @@ class LlamaDecoder:
         make_linear = make_linear or linear_factory("aten")
         config, decoder = hf_model.config, hf_model.model
         num_heads = config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // num_heads
+        rotary = decoder.rotary_emb  # its module rescales by a batch's longest sequence: ours goes by each row's
+        if config.rope_parameters.get("rope_type") in LENGTH_ROPE_TYPES:
+            rotary = LengthRotary(config.rope_parameters, head_dim, config.max_position_embeddings,
+                                  decoder.embed_tokens.weight.device)
         return cls(
             num_heads=num_heads, num_kv_heads=getattr(config, "num_key_value_heads", None) or num_heads,
-            head_dim=getattr(config, "head_dim", None) or config.hidden_size // num_heads,
-            eps=config.rms_norm_eps, act=activation(config.hidden_act), rotary=decoder.rotary_emb,
+            head_dim=head_dim, eps=config.rms_norm_eps, act=activation(config.hidden_act), rotary=rotary,
             embed=decoder.embed_tokens.weight,
             layers=[LlamaLayer.from_hf(layer, make_linear) for layer in decoder.layers],
             norm=decoder.norm.weight, lm_head=make_linear(hf_model.lm_head.weight, None),
@@ -231,7 +240,7 @@ class LlamaDecoder:
 
     def forward(self, inputs: StepInputs, cache: PagedKVCache, lora: LoRAStep | None = None) -> torch.Tensor:
         h = F.embedding(inputs.token_ids, self.embed)  # [T, hidden]
-        cos, sin = rope_tables(self.rotary, h, inputs.positions)  # [T, 1, D] each
+        cos, sin = rope_tables(self.rotary, h, inputs.positions, inputs.rope_lengths)  # [T, 1, D] each
         for index, layer in enumerate(self.layers):
             h = self._layer(index, layer, h, cos, sin, cache.k[index], cache.v[index], inputs, lora)
         return h
