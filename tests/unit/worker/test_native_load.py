@@ -210,9 +210,10 @@ def test_an_opt_checkpoint_of_the_bare_model(tiny_llama_dir, tmp_path):
 def test_a_copying_backend_gets_every_layer_projection_in_one_reused_buffer(tiny_llama_dir, tmp_path):
     folder = Path(save_layout("llama", tiny_llama_dir, tmp_path))
     config = decoder_config(json.loads((folder / "config.json").read_text()))
-    storages = []
+    storages, handed_over = [], []
 
     def copying_linear(weight, bias=None):  # what oneDNN does: keep a copy, never the tensor handed over
+        handed_over.append(weight)  # alive until the end, so no later buffer can take a freed one's address
         storages.append(weight.untyped_storage().data_ptr())
         return AtenLinear(weight.clone(), bias)
 
