@@ -129,10 +129,12 @@ class NativeToolCallReader:
     def _read_calls(self, final: bool) -> list[ToolCallDelta]:
         out: list[ToolCallDelta] = []
         while True:
-            rest = _skip_separators(self._pending)
+            rest, wait = _skip_separators(self._pending, final)
             self._raw_calls += self._pending[:len(self._pending) - len(rest)]
             self._pending = rest
-            if not rest:
+            if not rest and final and not self.calls:
+                return out + self._not_calls()  # markers and nothing more: text after all
+            if not rest or wait:
                 return out
             try:
                 value, end = _DECODER.raw_decode(rest)
@@ -167,15 +169,19 @@ class NativeToolCallReader:
         return [ToolCallDelta(content=text)]
 
 
-def _skip_separators(text: str) -> str:
+def _skip_separators(text: str, final: bool) -> tuple[str, bool]:
+    """``text`` past the markers and separators at its start; True when it ends in what may still grow
+    into a longer one ("[" of "[TOOL_CALLS]", "<tool" of "<tool_call>"): then wait for more."""
     while True:
         stripped = text.lstrip()
+        if not final and stripped and any(sep != stripped and sep.startswith(stripped) for sep in SEPARATORS):
+            return stripped, True
         for sep in SEPARATORS:
             if stripped.startswith(sep):
                 stripped = stripped[len(sep):]
                 break
         else:
-            return stripped
+            return stripped, False
         text = stripped
 
 
