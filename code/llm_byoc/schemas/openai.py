@@ -153,6 +153,8 @@ class OpenAIInvocation:
             message, finish = {"role": "assistant", "content": text}, finish_reason(reason)
         if self.thinking is not None:
             message["reasoning_content"] = thought or None
+            if thought and not message["content"]:
+                message["content"] = None  # all thinking (cut off before the answer)
         return message, finish
 
     def echo_text(self, index: int, ctx: ResponseContext) -> str:
@@ -203,8 +205,8 @@ def parse_chat(body: dict, tokenizer: Any, options: ChatOptions = ChatOptions())
     template_kwargs = openai_fields.chat_template_kwargs(body)
     text = render_chat_text(messages, tokenizer, tools.definitions, template_kwargs)
     token_ids = list(tokenizer.encode(text, add_special_tokens=False))
-    thinking = None
-    if options.reasoning_parser == "auto" and reasoning.template_thinks(template):
+    thinking = None  # a grammar constrains the whole answer: it has no thinking to split off
+    if options.reasoning_parser == "auto" and reasoning.template_thinks(template) and not (grammar or tools.grammar):
         thinking = reasoning.prompt_opens_thinking(text)
     max_tokens = opt_int(body, "max_completion_tokens", minimum=1)
     if max_tokens is None:

@@ -11,6 +11,8 @@ turns it off), a chat answer is split:
   - everything up to ``</think>`` is ``reasoning_content``, the rest ``content``
     (its leading white space dropped); an answer cut off while thinking has
     only ``reasoning_content``.
+A request whose answer a grammar constrains (``response_format``, ``tool_choice``
+"required" or a named function) is not split: the grammar holds the whole answer.
 A prompt rendered with thinking turned off (Qwen3's ``enable_thinking: false``
 writes an empty ``<think></think>`` into the prompt) starts in the answer, and
 an answer without ``<think>`` is all ``content``. Streamed, the tags never go
