@@ -11,7 +11,7 @@ with the finish reason. Completions with ``echo`` open each choice with its prom
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..engine.outputs import TokenEvent
 from ..protocol import FinishReason
@@ -21,12 +21,10 @@ from .reasoning import ReasoningSplitter
 from .sse import DONE
 from .tool_calls import AnswerReader, answer_reader, delta_json
 
-if TYPE_CHECKING:
-    from .openai import OpenAIInvocation
-
 
 class OpenAIStreamWriter:
-    def __init__(self, invocation: OpenAIInvocation, ctx: ResponseContext):
+    def __init__(self, invocation: Any, ctx: ResponseContext):
+        """``invocation``: the ``openai.OpenAIInvocation`` it writes (which imports this module)."""
         self._inv = invocation
         self._ctx = ctx
         self._prompt_tokens: dict[int, int] = {}
