@@ -166,3 +166,16 @@ def test_the_tool_call_parser_setting_wins_over_the_template():
     assert inv.tool_calling.format == "llama3"
     generic = parse_chat({"messages": USER, "tools": [WEATHER]}, TemplateTokenizer("{{ messages[0].content }}"))
     assert generic.tool_calling.format == "json" and generic.params.grammar.kind == "lark"  # today's form
+
+
+def test_a_thinking_model_thinks_then_calls_tools():
+    """Qwen3: <think> first, then <tool_call> blocks; the calls are read from the answer after the thinking."""
+    inv = parse_chat({"messages": USER, "tools": [WEATHER]}, TemplateTokenizer(HERMES_TEMPLATE))
+    text = '<think>Paris, so call it.</think>\n<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+    choice = inv.response([result(0, text)], CTX)["choices"][0]
+    assert choice["message"]["reasoning_content"] == "Paris, so call it." and choice["message"]["content"] is None
+    assert [c["function"]["name"] for c in choice["message"]["tool_calls"]] == ["get_weather"]
+    assert choice["finish_reason"] == "tool_calls"
+    required = parse_chat({"messages": USER, "tools": [WEATHER], "tool_choice": "required"},
+                          TemplateTokenizer(HERMES_TEMPLATE))
+    assert required.thinking is None  # the grammar holds the whole answer: nothing to split
