@@ -20,6 +20,7 @@ back) take one batched argmax and allocate nothing per sequence.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -104,9 +105,9 @@ def apply_presence_frequency(logits: torch.Tensor, counts: torch.Tensor, presenc
 
 
 def filter_min_p(logits: torch.Tensor, min_p: float) -> torch.Tensor:
-    """logits: [V]. Tokens less likely than min_p x the likeliest token get -inf (vLLM's min-p)."""
-    probs = logits.softmax(-1)
-    return logits.masked_fill(probs < min_p * probs.max(), float("-inf"))
+    """logits: [V]. Tokens less likely than min_p x the likeliest token get -inf (vLLM's min-p):
+    p < min_p * p_max exactly when logit < max logit + log(min_p), so no softmax is needed."""
+    return logits.masked_fill(logits < logits.max() + math.log(min_p), float("-inf"))
 
 
 def filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
