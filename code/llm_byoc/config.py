@@ -62,6 +62,10 @@ ENV_ENGINE_SOCKET = "LLM_BYOC_ENGINE_SOCKET"
 ENV_GRACEFUL_TIMEOUT = "LLM_BYOC_GRACEFUL_TIMEOUT"
 ENV_LOG_LEVEL = "LLM_BYOC_LOG_LEVEL"
 ENV_SERVED_MODEL_NAME = "LLM_BYOC_SERVED_MODEL_NAME"
+ENV_REASONING_PARSER = "LLM_BYOC_REASONING_PARSER"  # auto | none: reasoning_content for <think> models
+ENV_TOOL_CALL_PARSER = "LLM_BYOC_TOOL_CALL_PARSER"  # auto | json | hermes | llama3 | mistral
+REASONING_PARSERS = ("auto", "none")
+TOOL_CALL_PARSERS = ("auto", "json", "hermes", "llama3", "mistral")
 # Multi-model
 ENV_MODEL_ROOT = "LLM_BYOC_MODEL_ROOT"
 ENV_MEMORY_BUDGET = "LLM_BYOC_MEMORY_BUDGET"
@@ -309,6 +313,8 @@ class ServerConfig:
     graceful_timeout_s: int = 30  # SIGTERM: in-flight streams get this long to finish
     log_level: str = "info"
     served_model_name: str = ""  # the base model's name in responses and OpenAI "model"; "": the folder's name
+    reasoning_parser: str = "auto"  # auto: reasoning_content when the chat template mentions </think>; none: off
+    tool_call_parser: str = "auto"  # auto: the chat template's own tool-call format; or that format
 
     def __post_init__(self) -> None:
         _require(0 < self.port < 65536, f"{ENV_BIND_PORT} must be a TCP port, not {self.port}")
@@ -317,6 +323,10 @@ class ServerConfig:
         _require(self.timeout_s >= 1, f"{ENV_SERVER_TIMEOUT} must be >= 1")
         _require(self.max_payload_bytes >= 1, f"{ENV_MAX_PAYLOAD_MB} must be >= 1")
         _require(self.graceful_timeout_s >= 0, f"{ENV_GRACEFUL_TIMEOUT} must be >= 0")
+        _require(self.reasoning_parser in REASONING_PARSERS,
+                 f"{ENV_REASONING_PARSER} must be one of {', '.join(REASONING_PARSERS)}, not {self.reasoning_parser!r}")
+        _require(self.tool_call_parser in TOOL_CALL_PARSERS,
+                 f"{ENV_TOOL_CALL_PARSER} must be one of {', '.join(TOOL_CALL_PARSERS)}, not {self.tool_call_parser!r}")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "ServerConfig":
@@ -332,6 +342,8 @@ class ServerConfig:
             graceful_timeout_s=_int(env, ENV_GRACEFUL_TIMEOUT, 30),
             log_level=(env.get(ENV_LOG_LEVEL) or "info").lower(),
             served_model_name=(env.get(ENV_SERVED_MODEL_NAME) or "").strip(),
+            reasoning_parser=(env.get(ENV_REASONING_PARSER) or "auto").strip().lower(),
+            tool_call_parser=(env.get(ENV_TOOL_CALL_PARSER) or "auto").strip().lower(),
         )
 
 

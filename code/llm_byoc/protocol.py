@@ -61,6 +61,8 @@ class GrammarSpec:
 
 
 MAX_TOP_LOGPROBS = 20  # alternatives per token (OpenAI's limit)
+MAX_LOGIT_BIAS = 1024  # token ids one request may bias
+MAX_STOP_TOKEN_IDS = 64
 
 
 @dataclass(frozen=True)
@@ -82,9 +84,14 @@ class SamplingParams:
     presence_penalty: float = 0.0  # subtracted once from the logit of every token already generated
     frequency_penalty: float = 0.0  # subtracted per time a token was already generated
     top_logprobs: int = 0  # with logprobs: also the most likely alternatives, at most MAX_TOP_LOGPROBS
+    min_p: float = 0.0  # tokens below min_p x the likeliest token's probability are dropped (sampling only)
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias) added to the logits before anything else
+    stop_token_ids: tuple[int, ...] = ()  # generating one of these ends the sequence (STOP), as EOS does
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop", tuple(self.stop))
+        object.__setattr__(self, "logit_bias", tuple(tuple(pair) for pair in self.logit_bias))  # JSON: lists
+        object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
 
     @property
     def greedy(self) -> bool:
@@ -137,7 +144,25 @@ class SamplingParams:
             raise InvalidRequest(f"top_logprobs must be an integer from 0 to {MAX_TOP_LOGPROBS}, got {self.top_logprobs!r}")
         if self.top_logprobs and not self.logprobs:
             raise InvalidRequest("top_logprobs needs logprobs")
+        if not is_num(self.min_p) or not 0.0 <= self.min_p <= 1.0:
+            raise InvalidRequest(f"min_p must be a number from 0 to 1, got {self.min_p!r}")
+        if len(self.logit_bias) > MAX_LOGIT_BIAS or not all(
+            len(pair) == 2 and is_int(pair[0]) and pair[0] >= 0 and is_num(pair[1]) and -100 <= pair[1] <= 100
+            for pair in self.logit_bias
+        ):
+            raise InvalidRequest(f"logit_bias must map at most {MAX_LOGIT_BIAS} token ids to biases from -100 to 100")
+        if len(self.stop_token_ids) > MAX_STOP_TOKEN_IDS or not all(
+            is_int(t) and t >= 0 for t in self.stop_token_ids
+        ):
+            raise InvalidRequest(f"stop_token_ids must be at most {MAX_STOP_TOKEN_IDS} token ids (integers >= 0)")
         return self
+
+    def check_token_ids(self, vocab_size: int) -> None:
+        """InvalidRequest for a logit_bias or stop_token_ids id outside the vocabulary."""
+        for name, ids in (("logit_bias", [t for t, _ in self.logit_bias]), ("stop_token_ids", self.stop_token_ids)):
+            for t in ids:
+                if not 0 <= t < vocab_size:
+                    raise InvalidRequest(f"{name}: token id {t} is not in the vocabulary (0..{vocab_size - 1})")
 
 
 # --- engine core <-> model worker --------------------------------------------
@@ -315,6 +340,7 @@ class AddSequence:
         for t in ids:
             if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab_size:
                 raise InvalidRequest(f"token id {t!r} is not in the vocabulary (0..{vocab_size - 1})")
+        self.params.check_token_ids(vocab_size)
 
 
 @dataclass(frozen=True)

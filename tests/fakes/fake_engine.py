@@ -46,7 +46,7 @@ class FakeTokenizer:
     def decode(self, ids: list[int]) -> str:
         return "".join(chr(i) for i in ids if i not in (BOS, EOS))
 
-    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True):
+    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True, **variables):
         if messages[-1]["role"] == "assistant":
             raise ValueError("the last message must not be the assistant's")
         return "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"

@@ -34,6 +34,9 @@ def test_environment_is_read_into_typed_fields():
     assert engine.model == "/models/x.gguf" and engine.max_num_seqs == 4 and engine.trust_remote_code
     assert engine.linear_backend == "aten" and EngineConfig.from_env({}).linear_backend == "auto"
     assert engine.step_timeout_s == 0 and EngineConfig.from_env({}).step_timeout_s == 300
+    parsers = ServerConfig.from_env({"LLM_BYOC_REASONING_PARSER": "None", "LLM_BYOC_TOOL_CALL_PARSER": "mistral"})
+    assert (parsers.reasoning_parser, parsers.tool_call_parser) == ("none", "mistral")
+    assert (server.reasoning_parser, server.tool_call_parser) == ("auto", "auto")
 
 
 @pytest.mark.parametrize(
@@ -43,6 +46,8 @@ def test_environment_is_read_into_typed_fields():
         ({"SAGEMAKER_BIND_TO_PORT": "70000"}, "SAGEMAKER_BIND_TO_PORT"),
         ({"SAGEMAKER_MULTI_MODEL": "maybe"}, "SAGEMAKER_MULTI_MODEL"),
         ({"SAGEMAKER_MODEL_SERVER_WORKERS": "0"}, "SAGEMAKER_MODEL_SERVER_WORKERS"),
+        ({"LLM_BYOC_REASONING_PARSER": "deepseek"}, "LLM_BYOC_REASONING_PARSER"),
+        ({"LLM_BYOC_TOOL_CALL_PARSER": "pythonic"}, "LLM_BYOC_TOOL_CALL_PARSER"),
     ],
 )
 def test_bad_server_settings_name_the_variable(env, name):

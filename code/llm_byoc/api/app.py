@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from functools import partial
 
 from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import RequestEntityTooLarge
@@ -31,6 +32,7 @@ from ..errors import EngineDead, EngineNotReady, PayloadTooLarge, TooManyConnect
 from ..logging_setup import context_from_headers, reset_request_context, set_request_context
 from ..metrics import engine_refresher, register_metrics_route
 from ..protocol import EngineState, KVCacheStats, ModelInfo
+from ..schemas.dispatch import parse_invocation
 from ..schemas.invocation import ResponseContext
 from .adapters import register_adapter_routes
 from .admission import Deadline, sequence_gate
@@ -41,7 +43,7 @@ from .http_worker import OVER_CAPACITY, set_io_timeouts
 from .invocations import CLIENT_SOCKET, InvocationRoute
 from .loop_admission import ADMISSION_EXTENSION, LoopAdmission, generation_key
 from .multimodel_routes import register_multi_model_routes
-from .openai_routes import register_openai_routes
+from .openai_routes import chat_options, register_openai_routes
 from .openapi import register_openapi_route
 from .request_log import RequestLog
 
@@ -63,7 +65,9 @@ def create_app(
     if gate is not None:  # the HTTP worker's event loop admits with it too (loop_admission.py)
         app.extensions[ADMISSION_EXTENSION] = LoopAdmission(gate, generation_key)
     watch = ClientWatch()
-    app.add_url_rule("/invocations", "invocations", InvocationRoute(engine, config, model, gate, watch), methods=["POST"])
+    parse = partial(parse_invocation, chat=chat_options(config))
+    app.add_url_rule("/invocations", "invocations", InvocationRoute(engine, config, model, gate, watch, parse),
+                     methods=["POST"])
     register_openai_routes(app, engine, config, model, gate, watch)
 
     @app.get("/ping")

@@ -12,6 +12,7 @@ Errors under ``/v1/`` are in OpenAI's shape (api/errors.py).
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Any
 
 from flask import Flask, jsonify
@@ -19,6 +20,7 @@ from flask import Flask, jsonify
 from ..config import ServerConfig
 from ..engine.seam import ServingEngine
 from ..schemas.dispatch import parse_chat_completion, parse_text_completion
+from ..schemas.openai import ChatOptions
 from .admission import CapacityGate
 from .client_watch import ClientWatch
 from .invocations import InvocationRoute
@@ -30,7 +32,7 @@ def register_openai_routes(app: Flask, engine: ServingEngine, config: ServerConf
                            gate: CapacityGate | None, watch: ClientWatch) -> None:
     """``model``: app._ModelFacts; ``gate``/``watch``: the ones ``/invocations`` uses."""
     for path, endpoint, parse in (
-        ("/v1/chat/completions", "openai_chat", parse_chat_completion),
+        ("/v1/chat/completions", "openai_chat", partial(parse_chat_completion, chat=chat_options(config))),
         ("/v1/completions", "openai_completions", parse_text_completion),
     ):
         app.add_url_rule(path, endpoint, InvocationRoute(engine, config, model, gate, watch, parse), methods=["POST"])
@@ -47,3 +49,8 @@ def register_openai_routes(app: Flask, engine: ServingEngine, config: ServerConf
                      "root": a.path, "parent": name, "max_model_len": served["max_model_len"]}
                     for a in engine.list_adapters()]
         return jsonify(object="list", data=[served, *adapters])
+
+
+def chat_options(config: ServerConfig) -> ChatOptions:
+    """How chat answers are read: the server's reasoning and tool-call parser settings."""
+    return ChatOptions(config.reasoning_parser, config.tool_call_parser)

@@ -30,7 +30,7 @@ sequence that finishes leaves the running batch in that same step (its blocks
 go back to the pool at once) and is listed in ``freed`` of the next batch so
 the worker drops its state.
 
-Stop rules: an EOS token (unless ``ignore_eos``) -> STOP; ``max_new_tokens``
+Stop rules: an EOS token (unless ``ignore_eos``) or one of ``stop_token_ids`` -> STOP; ``max_new_tokens``
 generated -> LENGTH; the context window full (prompt + generated reaches
 ``max_model_len``) -> LENGTH. ``max_new_tokens`` is not clipped against the
 window at admission: a sequence whose prompt + max_new_tokens exceeds the
@@ -460,6 +460,8 @@ class Scheduler:
 
     def _stop_reason(self, seq: Sequence, token_id: int) -> FinishReason | None:
         if not seq.params.ignore_eos and token_id in self.limits.eos_token_ids:
+            return FinishReason.STOP
+        if token_id in seq.params.stop_token_ids:
             return FinishReason.STOP
         if seq.num_generated >= seq.params.max_new_tokens:
             return FinishReason.LENGTH

@@ -7,7 +7,8 @@
   POST /v1/chat/completions   OpenAI chat completions only
   POST /v1/completions        OpenAI completions only
 ``tokenizer_of()`` gives the engine's tokenizer (only chat needs it: the
-model's chat template), asked for only once the body is known to be chat.
+model's chat template), asked for only once the body is known to be chat;
+``chat``: the server's reasoning and tool-call parser settings.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from typing import Any
 from ..errors import InvalidRequest
 from . import openai, tgi
 from .invocation import Invocation, require_object
+from .openai import ChatOptions
 
 Parser = Callable[[Any, Callable[[], Any]], Invocation]
 
 
-def parse_invocation(body: Any, tokenizer_of: Callable[[], Any]) -> Invocation:
+def parse_invocation(body: Any, tokenizer_of: Callable[[], Any], chat: ChatOptions = ChatOptions()) -> Invocation:
     body = require_object(body, "the request body")
     styles = [key for key in ("inputs", "messages", "prompt") if key in body]
     if len(styles) != 1:
@@ -33,13 +35,13 @@ def parse_invocation(body: Any, tokenizer_of: Callable[[], Any]) -> Invocation:
     if styles[0] == "inputs":
         return tgi.parse(body)
     if styles[0] == "messages":
-        return openai.parse_chat(body, tokenizer_of())
+        return openai.parse_chat(body, tokenizer_of(), chat)
     return openai.parse_completion(body)
 
 
-def parse_chat_completion(body: Any, tokenizer_of: Callable[[], Any]) -> Invocation:
+def parse_chat_completion(body: Any, tokenizer_of: Callable[[], Any], chat: ChatOptions = ChatOptions()) -> Invocation:
     body = _require_key(body, "messages")
-    return openai.parse_chat(body, tokenizer_of())
+    return openai.parse_chat(body, tokenizer_of(), chat)
 
 
 def parse_text_completion(body: Any, tokenizer_of: Callable[[], Any]) -> Invocation:

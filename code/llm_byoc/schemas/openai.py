@@ -6,26 +6,33 @@ with ``data: [DONE]`` (plus a usage chunk first when
 ``stream_options.include_usage`` is true). Chat prompts are rendered with the
 model's own chat template and tokenized here (special tokens come from the
 template, never added twice). As in the OpenAI API, temperature defaults to 1.0.
-``prompt`` may be a string or a list of strings; each prompt gets ``n``
-choices, each its own sequence in the batch (choice ``i * n + j`` is sample j
-of prompt i; with a ``seed``, sample j is drawn with seed + j). Log-probabilities
-(chat ``logprobs`` / ``top_logprobs``, completions ``logprobs: N``) are the
-engine's own, see openai_logprobs.py.
+``prompt`` may be a string, a list of strings, or token ids (openai_fields.py);
+each prompt gets ``n`` choices, each its own sequence in the batch (choice
+``i * n + j`` is sample j of prompt i; with a ``seed``, sample j is drawn with
+seed + j). Completions' ``best_of`` draws that many samples per prompt and
+returns the ``n`` with the highest cumulative log-probability (as OpenAI and
+vLLM rank them; every sample counts in ``usage``); ``echo`` puts the prompt
+before each choice's text. Log-probabilities (chat ``logprobs`` /
+``top_logprobs``, completions ``logprobs: N``) are the engine's own, see
+openai_logprobs.py. The other sampling fields (``top_k``, ``min_p``,
+``logit_bias``, ...) are read in openai_fields.py.
 Structured output (``response_format``) and tool calls (``tools``,
-``tool_choice``, ``tool`` messages) are read in ``structured.py`` and
-``tool_calls.py``.
+``tool_choice``, ``parallel_tool_calls``, ``tool`` messages) are read in
+``structured.py``, ``tool_calls.py`` and ``tool_formats.py`` (a model's own
+call format); ``reasoning_content`` is split from ``content`` in reasoning.py.
+Streams are written in openai_stream.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..engine.outputs import GenerationResult, TokenEvent
+from ..engine.outputs import GenerationResult
 from ..errors import InvalidRequest
 from ..protocol import MAX_TOP_LOGPROBS, FinishReason, SamplingParams
-from .openai_logprobs import ChoiceLogprobs, result_logprobs
+from .openai_logprobs import result_logprobs
+from .openai_stream import OpenAIStreamWriter, finish_reason, tool_finish_reason, usage
 from .invocation import (
     MAX_CONTENT_PARTS,
     MAX_MESSAGES,
@@ -39,24 +46,37 @@ from .invocation import (
     reject_unknown,
     require_object,
     sampling_temperature,
-    str_or_str_list,
 )
-from . import structured
+from . import openai_fields, reasoning, structured
 from .chat_tools import chat_messages_with_tools, tool_calls_of
-from .sse import DONE
 from .structured import ToolCalling
-from .tool_calls import ToolCallReader, delta_json, read_answer, tool_call_json
+from .tool_calls import AnswerReader, read_answer, tool_call_json
+from .tool_formats import FORMATS, detect_format
 
 COMMON_FIELDS = (
     "model", "max_tokens", "temperature", "top_p", "stop", "seed", "n", "stream",
     "stream_options", "user", "logprobs", "ignore_eos", "min_tokens", "presence_penalty",
-    "frequency_penalty",
+    "frequency_penalty", "top_k", "repetition_penalty", "min_p", "logit_bias", "stop_token_ids",
 )
 CHAT_FIELDS = COMMON_FIELDS + ("messages", "max_completion_tokens", "top_logprobs", "response_format", "tools",
-                               "tool_choice", "parallel_tool_calls")
-COMPLETION_FIELDS = COMMON_FIELDS + ("prompt",)
+                               "tool_choice", "parallel_tool_calls", "chat_template_kwargs")
+COMPLETION_FIELDS = COMMON_FIELDS + ("prompt", "echo", "best_of")
 MESSAGE_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id")
 ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+@dataclass(frozen=True)
+class ChatOptions:
+    """The server's choices for chat answers (``ServerConfig``): how to find reasoning and tool calls."""
+
+    reasoning_parser: str = "auto"  # auto: on when the chat template mentions </think>; none: off
+    tool_call_parser: str = "auto"  # auto: the chat template's format (tool_formats.py); or one of FORMATS
+
+    def __post_init__(self) -> None:
+        if self.reasoning_parser not in reasoning.PARSERS:
+            raise ValueError(f"reasoning parser must be one of {', '.join(reasoning.PARSERS)}")
+        if self.tool_call_parser not in ("auto", *FORMATS):
+            raise ValueError(f"tool call parser must be auto or one of {', '.join(FORMATS)}")
 
 
 @dataclass(frozen=True)
@@ -70,8 +90,11 @@ class OpenAIInvocation:
     continuous_usage: bool = False  # stream_options.continuous_usage_stats (vLLM's): usage so far on every chunk
     adapter: str | None = None  # (TGI's parameters.adapter_id; OpenAI bodies name adapters in "model")
     tool_calling: ToolCalling | None = None  # the answer may be (or must be) a tool call
-    logprobs: bool = False
+    logprobs: bool = False  # the client asked for them (best_of may ask the engine for them anyway)
     n: int = 1  # choices per prompt: the prompt counts once in usage, as OpenAI bills it
+    best_of: int = 1  # samples per prompt (>= n); the n likeliest are returned
+    echo: tuple[str | list[int], ...] = ()  # completions with echo: each prompt, before its choices' text
+    thinking: bool | None = None  # None: no reasoning split; else whether the answer starts thinking
 
     @property
     def object_name(self) -> str:
@@ -88,151 +111,103 @@ class OpenAIInvocation:
         }
 
     def response(self, results: list[GenerationResult], ctx: ResponseContext) -> dict:
-        choices = []
-        for r in results:
-            choice: dict[str, Any] = {"index": r.index}
-            reason = finish_reason(r.finish_reason)
-            if self.tool_calling is not None:
-                choice["message"], reason = self._tool_message(r)
-            elif self.chat:
-                choice["message"] = {"role": "assistant", "content": r.text}
-            else:
-                choice["text"] = r.text
-            logprobs = result_logprobs(self.chat, ctx.tokenizer, r.token_ids, r.logprobs, r.top_logprobs)
-            choice.update(logprobs=logprobs, finish_reason=reason)
-            choices.append(choice)
-        firsts = [r for r in results if r.index % self.n == 0]  # each prompt's first choice
+        firsts = [r for r in results if r.index % self.best_of == 0]  # each prompt's first sample
         prompt = sum(r.prompt_tokens for r in firsts)
         cached = sum(r.cached_tokens for r in firsts)
-        completion = sum(r.completion_tokens for r in results)
+        completion = sum(r.completion_tokens for r in results)  # every sample drawn, as OpenAI bills best_of
+        choices = []
+        for r in self._best(results):
+            choice: dict[str, Any] = {"index": r.index}
+            reason = finish_reason(r.finish_reason)
+            if self.chat:
+                choice["message"], reason = self.chat_message(r.text, r.finish_reason)
+            else:
+                choice["text"] = self.echo_text(r.index, ctx) + r.text
+            logprobs = None
+            if self.logprobs:
+                logprobs = result_logprobs(self.chat, ctx.tokenizer, r.token_ids, r.logprobs, r.top_logprobs)
+            choice.update(logprobs=logprobs, finish_reason=reason)
+            choices.append(choice)
         return {**self.header(ctx, chunk=False), "choices": choices, "usage": usage(prompt, completion, cached)}
 
-    def _tool_message(self, result: GenerationResult) -> tuple[dict, str]:
-        reader = read_answer(self.tool_calling, result.text, result.finish_reason is FinishReason.STOP)
-        return tool_message(reader), tool_finish_reason(reader, result.finish_reason)
+    def _best(self, results: list[GenerationResult]) -> list[GenerationResult]:
+        """Each prompt's n samples of highest cumulative log-probability, as choices i * n + j."""
+        if self.best_of == self.n:
+            return results
+        best = []
+        for first in range(0, len(results), self.best_of):
+            group = sorted(results[first:first + self.best_of], key=lambda r: -sum(r.logprobs or ()))
+            base = first // self.best_of * self.n
+            best += [replace(r, index=base + j) for j, r in enumerate(group[:self.n])]
+        return best
+
+    def chat_message(self, text: str, reason: FinishReason) -> tuple[dict, str]:
+        """A whole chat answer's message (reasoning split off, tool calls read) and finish reason."""
+        thought = None
+        if self.thinking is not None:
+            thought, text = reasoning.split_answer(text, self.thinking)
+        if self.tool_calling is not None:
+            reader = read_answer(self.tool_calling, text, reason is FinishReason.STOP)
+            message, finish = tool_message(reader), tool_finish_reason(reader, reason)
+        else:
+            message, finish = {"role": "assistant", "content": text}, finish_reason(reason)
+        if self.thinking is not None:
+            message["reasoning_content"] = thought or None
+            if thought and not message["content"]:
+                message["content"] = None  # all thinking (cut off before the answer)
+        return message, finish
+
+    def echo_text(self, index: int, ctx: ResponseContext) -> str:
+        """With echo, choice ``index``'s prompt as text."""
+        if not self.echo:
+            return ""
+        prompt = self.echo[index // self.n]
+        return prompt if isinstance(prompt, str) else ctx.tokenizer.decode(prompt)
 
     def stream_writer(self, ctx: ResponseContext) -> OpenAIStreamWriter:
         return OpenAIStreamWriter(self, ctx)
 
 
-class OpenAIStreamWriter:
-    def __init__(self, invocation: OpenAIInvocation, ctx: ResponseContext):
-        self._inv = invocation
-        self._ctx = ctx
-        self._prompt_tokens: dict[int, int] = {}
-        self._completion_tokens: dict[int, int] = {}
-        self._cached_tokens: dict[int, int] = {}
-        calling = invocation.tool_calling
-        self._readers = {} if calling is None else {i: ToolCallReader(calling) for i in range(len(invocation.prompts))}
-        self._logprobs = [ChoiceLogprobs(invocation.chat, ctx.tokenizer) for _ in invocation.prompts]
-
-    def _chunk(self, index: int, content: dict | str, reason: str | None) -> dict:
-        choice: dict[str, Any] = {"index": index}
-        if self._inv.chat:
-            choice["delta"] = content
-        else:
-            choice["text"] = content
-        logprobs = self._logprobs[index].take() if self._inv.logprobs else None
-        choice.update(logprobs=logprobs, finish_reason=reason)
-        return {**self._inv.header(self._ctx, chunk=True), "choices": [choice], **self._usage_field()}
-
-    def _usage_field(self) -> dict:
-        """With include_usage every chunk says "usage": null (or, continuous, the usage so far),
-        and a last one without choices carries the totals."""
-        if not self._inv.include_usage:
-            return {}
-        return {"usage": self._usage() if self._inv.continuous_usage else None}
-
-    def _usage(self) -> dict:
-        n = self._inv.n  # each prompt counts once: its first choice's figures
-        prompt = sum(tokens for index, tokens in self._prompt_tokens.items() if index % n == 0)
-        cached = sum(tokens for index, tokens in self._cached_tokens.items() if index % n == 0)
-        return usage(prompt, sum(self._completion_tokens.values()), cached)
-
-    def start(self) -> Iterator[Any]:
-        if self._inv.chat:  # OpenAI opens each chat choice with the role
-            for index in range(len(self._inv.prompts)):
-                yield self._chunk(index, {"role": "assistant", "content": ""}, None)
-        for index, reader in self._readers.items():
-            for delta in reader.start():
-                yield self._chunk(index, delta_json(reader, delta), None)
-
-    def on_event(self, event: TokenEvent) -> Iterator[Any]:
-        self._prompt_tokens[event.index] = event.prompt_tokens
-        self._completion_tokens[event.index] = event.completion_tokens
-        self._cached_tokens[event.index] = event.cached_tokens
-        if event.token_id is not None and event.logprob is not None:
-            self._logprobs[event.index].add(event.token_id, event.logprob, event.top_logprobs)
-        reason = finish_reason(event.finish_reason) if event.finish_reason else None
-        if not (event.text or reason):
-            return  # text held back (half a character, a possible stop string); its logprobs wait too
-        reader = self._readers.get(event.index)
-        if reader is not None:
-            yield from self._tool_chunks(reader, event)
-        elif self._inv.chat:
-            yield self._chunk(event.index, {"content": event.text} if event.text else {}, reason)
-        else:
-            yield self._chunk(event.index, event.text, reason)
-
-    def _tool_chunks(self, reader: ToolCallReader, event: TokenEvent) -> Iterator[dict]:
-        deltas = reader.feed(event.text)
-        if event.finish_reason is not None:
-            deltas += reader.finish(event.finish_reason is FinishReason.STOP)
-        for delta in deltas:
-            yield self._chunk(event.index, delta_json(reader, delta), None)
-        if event.finish_reason is not None:
-            yield self._chunk(event.index, {}, tool_finish_reason(reader, event.finish_reason))
-
-    def finish(self) -> Iterator[Any]:
-        if self._inv.include_usage:
-            yield {**self._inv.header(self._ctx, chunk=True), "choices": [], "usage": self._usage()}
-        yield DONE
-
-
-def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict:
-    """OpenAI's usage object; ``cached_tokens``: prompt tokens the prefix cache served."""
-    return {
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": cached_tokens},
-    }
-
-
-def finish_reason(reason: FinishReason) -> str:
-    return reason.value  # stop, length; abort/error only when the engine failed
-
-
-def tool_finish_reason(reader: ToolCallReader, reason: FinishReason) -> str:
-    """"tool_calls" for a call the model finished; otherwise the engine's reason."""
-    return "tool_calls" if reader.is_call and reader.name and reason is FinishReason.STOP else finish_reason(reason)
-
-
-def tool_message(reader: ToolCallReader) -> dict:
-    """The assistant message of an answer that may be a tool call."""
-    if not (reader.is_call and reader.name):
+def tool_message(reader: AnswerReader) -> dict:
+    """The assistant message of an answer that may hold tool calls (text beside them stays content)."""
+    if not reader.calls:
         return {"role": "assistant", "content": reader.content}
-    return {"role": "assistant", "content": None, "tool_calls": [tool_call_json(reader)]}
+    return {"role": "assistant", "content": reader.content.strip() or None,
+            "tool_calls": [tool_call_json(call) for call in reader.calls]}
 
 
 def parse_completion(body: dict) -> OpenAIInvocation:
     reject_unknown(body, COMPLETION_FIELDS, "the request body")
-    prompts, _ = str_or_str_list(body["prompt"], "prompt")
+    prompts = openai_fields.prompts(body["prompt"])
     top = opt_int(body, "logprobs", minimum=0)  # completions: how many alternatives (0: just the chosen token)
     if top is not None and top > MAX_TOP_LOGPROBS:
         raise InvalidRequest(f"logprobs must be from 0 to {MAX_TOP_LOGPROBS}, got {top}")
-    return _invocation(body, prompts, chat=False, max_tokens=opt_int(body, "max_tokens", minimum=1), top_logprobs=top)
+    echo = bool(opt_bool(body, "echo"))
+    if echo and top is not None:
+        raise InvalidRequest("echo with logprobs is not supported: the prompt's log-probabilities are not computed")
+    n = opt_int(body, "n", minimum=1) or 1
+    best_of = openai_fields.best_of(body, n, bool(opt_bool(body, "stream")))
+    invocation = _invocation(body, prompts, chat=False, max_tokens=opt_int(body, "max_tokens", minimum=1),
+                             top_logprobs=top, samples=best_of)
+    if best_of > n:  # ranked by cumulative log-probability: the engine reports it even when not asked
+        invocation = replace(invocation, params=[replace(p, logprobs=True) for p in invocation.params])
+    return replace(invocation, echo=tuple(prompts) if echo else ())
 
 
-def parse_chat(body: dict, tokenizer: Any) -> OpenAIInvocation:
+def parse_chat(body: dict, tokenizer: Any, options: ChatOptions = ChatOptions()) -> OpenAIInvocation:
     reject_unknown(body, CHAT_FIELDS, "the request body")
     messages = _messages(body["messages"])
-    tools = structured.tools(body)
+    template = getattr(tokenizer, "chat_template", None) or ""
+    tools = structured.tools(body, _tool_format(options, template))
     grammar = structured.response_format(body.get("response_format"))
     if grammar is not None and tools.grammar is not None:
         raise InvalidRequest('response_format cannot be combined with tool calls (use tool_choice "none")')
-    opt_bool(body, "parallel_tool_calls")  # accepted; an answer holds at most one call
-    token_ids = render_chat(messages, tokenizer, tools.definitions)
+    template_kwargs = openai_fields.chat_template_kwargs(body)
+    text = render_chat_text(messages, tokenizer, tools.definitions, template_kwargs)
+    token_ids = list(tokenizer.encode(text, add_special_tokens=False))
+    thinking = None  # a grammar constrains the whole answer: it has no thinking to split off
+    if options.reasoning_parser == "auto" and reasoning.template_thinks(template) and not (grammar or tools.grammar):
+        thinking = reasoning.prompt_opens_thinking(text)
     max_tokens = opt_int(body, "max_completion_tokens", minimum=1)
     if max_tokens is None:
         max_tokens = opt_int(body, "max_tokens", minimum=1)
@@ -247,7 +222,16 @@ def parse_chat(body: dict, tokenizer: Any) -> OpenAIInvocation:
         raise InvalidRequest(f"top_logprobs must be from 0 to {MAX_TOP_LOGPROBS}, got {top}")
     invocation = _invocation(body, [token_ids], chat=True, max_tokens=max_tokens, top_logprobs=top)
     return replace(invocation, params=_with_grammar(invocation.params, grammar or tools.grammar),
-                   tool_calling=tools.calling)
+                   tool_calling=tools.calling, thinking=thinking)
+
+
+def _tool_format(options: ChatOptions, template: Any) -> str:
+    """The format the model writes calls in: the setting's, or the template's own (ours when the
+    template does not take tools: chat_tools.py describes them in our format then)."""
+    if options.tool_call_parser != "auto":
+        return options.tool_call_parser
+    source = template if isinstance(template, str) else str(template)
+    return detect_format(template) if "tools" in source else "json"
 
 
 def _with_grammar(params: SamplingParams | list[SamplingParams], grammar: Any) -> Any:
@@ -257,16 +241,24 @@ def _with_grammar(params: SamplingParams | list[SamplingParams], grammar: Any) -
     return replace(params, grammar=grammar)
 
 
-def render_chat(messages: list[dict], tokenizer: Any, tools: list[dict] | None = None) -> list[int]:
+def render_chat(messages: list[dict], tokenizer: Any, tools: list[dict] | None = None,
+                template_kwargs: dict | None = None) -> list[int]:
+    text = render_chat_text(messages, tokenizer, tools, template_kwargs)
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def render_chat_text(messages: list[dict], tokenizer: Any, tools: list[dict] | None = None,
+                     template_kwargs: dict | None = None) -> str:
+    """The conversation in the model's chat template; ``template_kwargs``: the request's extra variables."""
     if not getattr(tokenizer, "chat_template", None):
         raise InvalidRequest('this model has no chat template; send {"prompt": ...} instead')
     messages, template_tools = chat_messages_with_tools(messages, tools or [], tokenizer.chat_template)
     try:
         extra = {"tools": template_tools} if template_tools else {}
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **extra)
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                             **(template_kwargs or {}), **extra)
     except Exception as exc:  # jinja raises for conversations the template refuses
         raise InvalidRequest(f"the chat template refused these messages: {exc}") from None
-    return list(tokenizer.encode(text, add_special_tokens=False))
 
 
 def _messages(value: Any) -> list[dict]:
@@ -311,11 +303,13 @@ def _content(value: Any, i: int) -> str:
 
 
 def _invocation(body: dict, prompts: list, chat: bool, max_tokens: int | None,
-                top_logprobs: int | None) -> OpenAIInvocation:
-    """``top_logprobs``: None when no log-probabilities are asked for."""
+                top_logprobs: int | None, samples: int | None = None) -> OpenAIInvocation:
+    """``top_logprobs``: None when no log-probabilities are asked for; ``samples``: per prompt (default n)."""
     n = opt_int(body, "n", minimum=1) or 1
-    if n * len(prompts) > MAX_PROMPTS:
-        raise InvalidRequest(f"n x prompts is {n * len(prompts)} choices; the limit is {MAX_PROMPTS}")
+    samples = samples or n
+    if samples * len(prompts) > MAX_PROMPTS:
+        raise InvalidRequest(f"{'best_of' if samples > n else 'n'} x prompts is {samples * len(prompts)} "
+                             f"choices; the limit is {MAX_PROMPTS}")
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise InvalidRequest("model must be a string")
@@ -329,7 +323,12 @@ def _invocation(body: dict, prompts: list, chat: bool, max_tokens: int | None,
         max_new_tokens=SamplingParams.max_new_tokens if max_tokens is None else max_tokens,
         temperature=1.0 if temperature is None else sampling_temperature(temperature),
         top_p=1.0 if body.get("top_p") is None else opt_number(body, "top_p"),
+        top_k=openai_fields.top_k(body),
+        repetition_penalty=openai_fields.repetition_penalty(body),
+        min_p=openai_fields.min_p(body),
+        logit_bias=openai_fields.logit_bias(body),
         stop=opt_stop(body),
+        stop_token_ids=openai_fields.stop_token_ids(body),
         seed=opt_int(body, "seed", minimum=0),
         ignore_eos=bool(opt_bool(body, "ignore_eos")),
         min_tokens=opt_int(body, "min_tokens", minimum=0) or 0,
@@ -339,8 +338,8 @@ def _invocation(body: dict, prompts: list, chat: bool, max_tokens: int | None,
         top_logprobs=top_logprobs or 0,
     )
     return OpenAIInvocation(
-        prompts=[prompt for prompt in prompts for _ in range(n)],
-        params=params if n == 1 else _samples(params, n) * len(prompts),
+        prompts=[prompt for prompt in prompts for _ in range(samples)],
+        params=params if samples == 1 else _samples(params, samples) * len(prompts),
         stream=bool(opt_bool(body, "stream")),
         chat=chat,
         model=model,
@@ -348,6 +347,7 @@ def _invocation(body: dict, prompts: list, chat: bool, max_tokens: int | None,
         continuous_usage=bool(opt_bool(options, "include_usage") and opt_bool(options, "continuous_usage_stats")),
         logprobs=params.logprobs,
         n=n,
+        best_of=samples,
     )
 
 

@@ -4,9 +4,11 @@ OpenAI: ``response_format`` ``{"type": "text" | "json_object"}`` or
 ``{"type": "json_schema", "json_schema": {"name", "schema", "strict", "description"}}``;
 ``tools`` (functions with JSON-schema ``parameters``) and ``tool_choice``:
   "none"      no tool is called, nothing constrained;
-  "auto"      (the default with tools) the answer is either a call object
-              ``{"name": ..., "arguments": {...}}`` or text that does not start with "{";
-  "required"  the answer is one call object, of one of the tools;
+  "auto"      (the default with tools) our own format (a template that shows none): the answer is
+              either a call object ``{"name": ..., "arguments": {...}}`` or text that does not start
+              with "{"; a model's own format (``tool_formats.py``): not constrained, read afterwards;
+  "required"  our own format: the answer is one call object, of one of the tools; a model's own
+              format: a JSON array of call objects (one only with ``parallel_tool_calls: false``);
   a function  ``{"type": "function", "function": {"name": ...}}``: the answer is its arguments.
 TGI: ``parameters.grammar`` ``{"type": "json", "value": <schema>}`` or ``{"type": "regex", "value": ...}``.
 Every grammar is checked here (llguidance, no tokenizer needed), so an invalid
@@ -32,11 +34,14 @@ NO_PARAMETERS = {"type": "object", "properties": {}}
 
 @dataclass(frozen=True)
 class ToolCalling:
-    """How a chat answer carries its tool call: ``mode`` "named" (the output is the arguments of
-    ``name``), "required" (the output is a call object) or "auto" (a call object, or text)."""
+    """How a chat answer carries its tool calls: ``mode`` "named" (the output is the arguments of
+    ``name``), "required" (the output is calls) or "auto" (calls, or text); ``format``: how the
+    model writes them (``tool_formats.py``); ``parallel``: more than one call per answer allowed."""
 
     mode: str
     name: str = ""
+    format: str = "json"
+    parallel: bool = True
 
 
 @dataclass(frozen=True)
@@ -109,8 +114,8 @@ def tgi_grammar(value: Any) -> GrammarSpec | None:
     raise InvalidRequest('parameters.grammar.type must be "json" or "regex"')
 
 
-def tools(body: dict) -> Tools:
-    """``tools`` and ``tool_choice`` of a chat body."""
+def tools(body: dict, tool_format: str = "json") -> Tools:
+    """``tools``, ``tool_choice`` and ``parallel_tool_calls`` of a chat body; ``tool_format``: the model's."""
     raw, choice = body.get("tools"), body.get("tool_choice")
     if raw is None:
         if choice not in (None, "none"):
@@ -127,13 +132,22 @@ def tools(body: dict) -> Tools:
         definitions.append(definition)
         parameters[name] = schema
     mode, name = _tool_choice(choice, parameters)
+    parallel = body.get("parallel_tool_calls")
+    if parallel is not None and not isinstance(parallel, bool):
+        raise InvalidRequest("parallel_tool_calls must be true or false")
     if mode == "none" or not parameters:
         return Tools([], None, None)
+    calling = ToolCalling(mode, name, tool_format, parallel is not False)
     if mode == "named":
         grammar = GrammarSpec("json_schema", json.dumps(parameters[name], separators=(",", ":")))
+    elif tool_format != "json":
+        if mode == "auto":
+            return Tools(definitions, None, calling)  # the model writes calls its own way; read afterwards
+        grammar = GrammarSpec("json_schema", json.dumps(calls_schema(parameters, calling.parallel),
+                                                        separators=(",", ":")))
     else:
         grammar = _call_grammar(parameters, text_allowed=mode == "auto")
-    return Tools(definitions, _checked(grammar, "tools"), ToolCalling(mode, name))
+    return Tools(definitions, _checked(grammar, "tools"), calling)
 
 
 def _tool(tool: Any, i: int) -> tuple[dict, str, Any]:
@@ -177,6 +191,12 @@ def call_schema(parameters: dict[str, Any]) -> dict:
               "required": ["name", "arguments"], "additionalProperties": False}
              for name, schema in parameters.items()]
     return calls[0] if len(calls) == 1 else {"anyOf": calls}
+
+
+def calls_schema(parameters: dict[str, Any], parallel: bool) -> dict:
+    """A JSON array of call objects: one or more, or exactly one when calls may not be parallel."""
+    bounds = {"minItems": 1, "maxItems": 1} if not parallel else {"minItems": 1}
+    return {"type": "array", "items": call_schema(parameters), **bounds}
 
 
 def _call_grammar(parameters: dict[str, Any], text_allowed: bool) -> GrammarSpec:

@@ -1,4 +1,7 @@
-"""Reading a tool call out of a chat answer as it is generated, for plain and streamed answers.
+"""Reading tool calls out of a chat answer as it is generated, for plain and streamed answers.
+
+``answer_reader`` picks the reader: this module's for our own JSON format and
+named calls, ``tool_formats.py``'s for a model's own format.
 
 The grammar (``structured.py``) makes the output one of: the arguments of the
 named function ("named"); a call object ``{"name": ..., "arguments": {...}}``
@@ -15,25 +18,18 @@ keeps "length", with the arguments as far as they got.
 from __future__ import annotations
 
 import re
-import secrets
 from dataclasses import dataclass, field
 
 from .structured import ToolCalling
+from .tool_formats import NativeToolCallReader, ToolCall, ToolCallDelta, new_call_id
 
 CALL_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"([A-Za-z0-9_-]*)"\s*,\s*"arguments"\s*:\s*')
 
 
 @dataclass
-class ToolCallDelta:
-    content: str = ""
-    name: str = ""  # set once: the call starts
-    arguments: str = ""
-
-
-@dataclass
 class ToolCallReader:
     calling: ToolCalling
-    call_id: str = field(default_factory=lambda: "call_" + secrets.token_hex(12))
+    call_id: str = field(default_factory=new_call_id)
     name: str = ""
     is_call: bool | None = None  # None: not known yet (auto, nothing but whitespace so far)
     _pending: str = ""  # text not yet turned into deltas
@@ -85,6 +81,11 @@ class ToolCallReader:
         return "".join(self._content)
 
     @property
+    def calls(self) -> list[ToolCall]:
+        """The answer's call (at most one in this format), once its name is known."""
+        return [ToolCall(self.call_id, self.name, self.arguments)] if self.is_call and self.name else []
+
+    @property
     def arguments(self) -> str:
         return "".join(self._arguments)
 
@@ -112,25 +113,36 @@ class ToolCallReader:
         return [ToolCallDelta(content=text)]
 
 
-def read_answer(calling: ToolCalling, text: str, complete: bool) -> ToolCallReader:
+AnswerReader = ToolCallReader | NativeToolCallReader
+
+
+def answer_reader(calling: ToolCalling) -> AnswerReader:
+    """The reader of one answer: a model's own format, or ours (and every named call: its arguments only)."""
+    if calling.mode == "named" or calling.format == "json":
+        return ToolCallReader(calling)
+    return NativeToolCallReader(calling)
+
+
+def read_answer(calling: ToolCalling, text: str, complete: bool) -> AnswerReader:
     """A whole (plain) answer, read."""
-    reader = ToolCallReader(calling)
+    reader = answer_reader(calling)
     reader.feed(text)
     reader.finish(complete)
     return reader
 
 
-def tool_call_json(reader: ToolCallReader) -> dict:
+def tool_call_json(call: ToolCall) -> dict:
     """OpenAI's ``message.tool_calls[i]``."""
-    return {"id": reader.call_id, "type": "function",
-            "function": {"name": reader.name, "arguments": reader.arguments}}
+    return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
 
 
-def delta_json(reader: ToolCallReader, delta: ToolCallDelta) -> dict:
-    """OpenAI's streamed ``choices[i].delta`` for one ``ToolCallDelta``."""
+def delta_json(reader: AnswerReader, delta: ToolCallDelta) -> dict:
+    """OpenAI's streamed ``choices[i].delta`` for one ``ToolCallDelta``: a call's first delta carries its
+    index, id and name (and, from a model's own format, its whole arguments); later ones more arguments."""
     if delta.content:
         return {"content": delta.content}
     if delta.name:
-        return {"tool_calls": [{"index": 0, "id": reader.call_id, "type": "function",
-                                "function": {"name": delta.name, "arguments": ""}}]}
-    return {"tool_calls": [{"index": 0, "function": {"arguments": delta.arguments}}]}
+        call_id = delta.call_id or getattr(reader, "call_id", "")
+        return {"tool_calls": [{"index": delta.index, "id": call_id, "type": "function",
+                                "function": {"name": delta.name, "arguments": delta.arguments}}]}
+    return {"tool_calls": [{"index": delta.index, "function": {"arguments": delta.arguments}}]}

@@ -1,10 +1,11 @@
 """Pick the next token for each sampling row.
 
-Order (as in Hugging Face generate, then OpenAI's penalties): repetition
-penalty (prompt and output tokens) -> presence / frequency penalties (output
-tokens) -> EOS masked while fewer than ``min_tokens`` are generated ->
-temperature -> top-k -> top-p -> draw with the sequence's own generator.
-Greedy (temperature 0) is argmax after the penalties and the EOS mask.
+Order (as in Hugging Face generate, then OpenAI's penalties): ``logit_bias``
+(added to the raw logits, as OpenAI and vLLM do) -> repetition penalty (prompt
+and output tokens) -> presence / frequency penalties (output tokens) -> EOS and
+``stop_token_ids`` masked while fewer than ``min_tokens`` are generated ->
+temperature -> min-p -> top-k -> top-p -> draw with the sequence's own generator.
+Greedy (temperature 0) is argmax after the bias, the penalties and the EOS mask.
 
 Log-probabilities are those of the distribution the token was drawn from:
 ``log_softmax`` of the processed logits (penalties, EOS mask, temperature,
@@ -19,6 +20,7 @@ back) take one batched argmax and allocate nothing per sequence.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -39,6 +41,8 @@ class SequenceSampling:
     counts: torch.Tensor | None  # [V] float: times each token was generated; only with presence/frequency penalty
     eos_ids: torch.Tensor | None  # [E] long: masked until min_tokens are generated; only with min_tokens
     num_sampled: int = 0
+    bias_ids: torch.Tensor | None = None  # [B] long: logit_bias's token ids; only with a logit_bias
+    bias_values: torch.Tensor | None = None  # [B] float: their biases
 
     @classmethod
     def create(cls, params: SamplingParams, vocab_size: int, device: torch.device,
@@ -57,9 +61,14 @@ class SequenceSampling:
         if params.presence_penalty or params.frequency_penalty:
             counts = torch.zeros(vocab_size, dtype=torch.float32, device=device)
         eos_ids = None
-        if params.min_tokens and eos_token_ids and not params.ignore_eos:
-            eos_ids = torch.tensor(sorted(set(eos_token_ids)), dtype=torch.long, device=device)
-        return cls(params, generator, seen, counts, eos_ids)
+        held = set(params.stop_token_ids) | (set() if params.ignore_eos else set(eos_token_ids))
+        if params.min_tokens and held:
+            eos_ids = torch.tensor(sorted(held), dtype=torch.long, device=device)
+        bias_ids = bias_values = None
+        if params.logit_bias:
+            bias_ids = torch.tensor([t for t, _ in params.logit_bias], dtype=torch.long, device=device)
+            bias_values = torch.tensor([b for _, b in params.logit_bias], dtype=torch.float32, device=device)
+        return cls(params, generator, seen, counts, eos_ids, 0, bias_ids, bias_values)
 
     @property
     def holds_eos(self) -> bool:
@@ -68,7 +77,7 @@ class SequenceSampling:
     @property
     def plain(self) -> bool:
         """Greedy with nothing to apply or report: the batched argmax is its whole sampling."""
-        return (self.params.greedy and self.seen is None and self.counts is None
+        return (self.params.greedy and self.seen is None and self.counts is None and self.bias_ids is None
                 and not self.params.logprobs and not self.holds_eos)
 
     def observe(self, token_ids: torch.Tensor) -> None:
@@ -95,6 +104,12 @@ def apply_presence_frequency(logits: torch.Tensor, counts: torch.Tensor, presenc
     return logits - frequency * counts - presence * (counts > 0).to(logits.dtype)
 
 
+def filter_min_p(logits: torch.Tensor, min_p: float) -> torch.Tensor:
+    """logits: [V]. Tokens less likely than min_p x the likeliest token get -inf (vLLM's min-p):
+    p < min_p * p_max exactly when logit < max logit + log(min_p), so no softmax is needed."""
+    return logits.masked_fill(logits < logits.max() + math.log(min_p), float("-inf"))
+
+
 def filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
     """logits: [V]. Tokens outside the top-k / nucleus get -inf (at least one stays)."""
     if top_k > 0 and top_k < logits.shape[-1]:
@@ -113,6 +128,8 @@ def filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.
 def processed_logits(logits: torch.Tensor, state: SequenceSampling) -> torch.Tensor:
     """logits: [V] -> the logits of the distribution this row's token is drawn from."""
     params = state.params
+    if state.bias_ids is not None:
+        logits = logits.index_add(0, state.bias_ids, state.bias_values.to(logits.dtype))
     if state.seen is not None:
         logits = apply_repetition_penalty(logits, state.seen, params.repetition_penalty)
     if state.counts is not None:
@@ -120,7 +137,10 @@ def processed_logits(logits: torch.Tensor, state: SequenceSampling) -> torch.Ten
     if state.holds_eos:
         logits = logits.index_fill(0, state.eos_ids, float("-inf"))
     if not params.greedy:
-        logits = filter_top_k_top_p(logits / params.temperature, params.top_k, params.top_p)
+        logits = logits / params.temperature
+        if params.min_p > 0.0:
+            logits = filter_min_p(logits, params.min_p)
+        logits = filter_top_k_top_p(logits, params.top_k, params.top_p)
     return logits
 
 

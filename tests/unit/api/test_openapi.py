@@ -106,6 +106,11 @@ SINGLE_MODEL_CALLS = [
     ("POST", "/invocations", {"messages": [{"role": "user", "content": "hi"}], "tools": [TOOL],
                               "tool_choice": {"type": "function", "function": {"name": "g"}}}),
     ("POST", "/invocations", {"inputs": "x", "parameters": {"grammar": {"type": "json", "value": {"if": {}}}}}),
+    ("POST", "/invocations", {"prompt": [[104, 105], [106]], "max_tokens": 2, "echo": True, "best_of": 2,
+                              "top_k": 5, "min_p": 0.1, "logit_bias": {"104": 3}, "stop_token_ids": [7],
+                              "repetition_penalty": 1.1}),
+    ("POST", "/invocations", {"messages": [{"role": "user", "content": "hi"}], "tools": [TOOL],
+                              "parallel_tool_calls": False, "chat_template_kwargs": {"x": 1}, "top_k": 2}),
 ]
 
 
@@ -151,3 +156,10 @@ def test_the_checker_catches_answers_off_the_document():
     with pytest.raises(AssertionError, match="does not match"):
         check_answer("POST", "/invocations", 400, "application/json", b'{"error": "x"}')  # no "type"
     assert check_request({"inputs": "x", "oops": 1})
+
+
+def test_the_new_openai_fields_are_served_and_documented(client):
+    """The calls above with the fields OpenAI and vLLM clients send are answered (not refused), so the
+    document's check of their bodies runs."""
+    for method, path, body in SINGLE_MODEL_CALLS[-2:]:
+        assert client.open(path, method=method, json=body).status_code == 200, body

@@ -174,6 +174,27 @@ def test_eos_stops_unless_ignore_eos():
     assert updates[0].finish_reason is FinishReason.LENGTH
 
 
+def test_a_stop_token_id_stops_even_with_ignore_eos():
+    s = make()
+    add(s, "stops", 3, max_new_tokens=10, stop_token_ids=(9,), ignore_eos=True)
+    add(s, "other", 3, max_new_tokens=10)
+    _, updates = run_step(s, token=7)
+    assert all(u.finish_reason is None for u in updates)
+    _, updates = run_step(s, token=9)
+    by_id = {u.seq_id: u for u in updates}
+    assert by_id["stops"].finish_reason is FinishReason.STOP and by_id["stops"].token_ids == [9]
+    assert by_id["other"].finish_reason is None
+
+
+def test_bias_and_stop_ids_outside_the_vocabulary_are_refused():
+    s = make()
+    with pytest.raises(InvalidRequest, match="logit_bias: token id 1000000 is not in the vocabulary"):
+        add(s, "a", 3, logit_bias=((10**6, 1.0),))
+    with pytest.raises(InvalidRequest, match="stop_token_ids: token id 1000000 is not in the vocabulary"):
+        add(s, "b", 3, stop_token_ids=(10**6,))
+    assert s.num_waiting == 0
+
+
 def test_context_window_full_finishes_with_length():
     s = make(max_model_len=20)
     add(s, "a", 17, max_new_tokens=100)

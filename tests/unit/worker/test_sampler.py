@@ -1,4 +1,4 @@
-"""Sampler: greedy, seeded reproducibility, top-k/top-p support, penalties, min_tokens, logprobs."""
+"""Sampler: greedy, seeded reproducibility, top-k/top-p/min-p support, logit_bias, penalties, min_tokens, logprobs."""
 
 from __future__ import annotations
 
@@ -115,6 +115,37 @@ def test_min_tokens_holds_eos_back_then_lets_it_through():
 def test_ignore_eos_with_min_tokens_masks_nothing():
     state = SequenceSampling.create(SamplingParams(min_tokens=2, ignore_eos=True), VOCAB, torch.device("cpu"), [EOS])
     assert state.eos_ids is None and state.plain
+
+
+def test_min_tokens_holds_stop_token_ids_back_too():
+    logits = torch.zeros(VOCAB)
+    logits[9] = 5.0
+    state = SequenceSampling.create(SamplingParams(min_tokens=1, stop_token_ids=(9,), ignore_eos=True), VOCAB,
+                                    torch.device("cpu"), [EOS])
+    assert state.eos_ids.tolist() == [9]  # EOS ignored, the stop id held
+    assert _draws(state, logits, 2) == [0, 9]
+
+
+def test_logit_bias_steers_greedy_and_sampled_rows():
+    logits = _logits()
+    low = int(logits.argmin())
+    greedy = _state(logit_bias=((low, 100.0),))
+    assert not greedy.plain and _draws(greedy, logits, 2) == [low, low]
+    banned = int(logits.argmax())
+    state = _state(temperature=1.0, seed=3, logit_bias=((banned, -100.0),))
+    assert banned not in _draws(state, logits, 50)
+    ranked = _state(logprobs=True, logit_bias=((low, 100.0),))
+    token = sample(logits[None], ["s"], {"s": ranked})[0]
+    assert token.token_id == low and token.logprob > -1e-3  # the bias is in the reported distribution
+
+
+def test_min_p_drops_tokens_below_its_share_of_the_likeliest():
+    logits = torch.full((VOCAB,), -10.0)
+    logits[[3, 4, 5]] = torch.tensor([2.0, 1.5, 0.0])  # probabilities ~ 0.56, 0.34, 0.08 of the top
+    state = _state(temperature=1.0, seed=0, min_p=0.3)
+    assert set(_draws(state, logits, 200)) == {3, 4}
+    wide = _state(temperature=1.0, seed=0, min_p=0.0, top_k=3)
+    assert 5 in set(_draws(wide, logits, 400))
 
 
 def test_plain_rows_keep_no_per_sequence_tensors():
