@@ -82,6 +82,7 @@ class SamplingParams:
     presence_penalty: float = 0.0  # subtracted once from the logit of every token already generated
     frequency_penalty: float = 0.0  # subtracted per time a token was already generated
     top_logprobs: int = 0  # with logprobs: also the most likely alternatives, at most MAX_TOP_LOGPROBS
+    typical_p: float = 1.0  # TGI's typical sampling (worker/sampler.py); 1: off
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop", tuple(self.stop))
@@ -137,6 +138,8 @@ class SamplingParams:
             raise InvalidRequest(f"top_logprobs must be an integer from 0 to {MAX_TOP_LOGPROBS}, got {self.top_logprobs!r}")
         if self.top_logprobs and not self.logprobs:
             raise InvalidRequest("top_logprobs needs logprobs")
+        if not is_num(self.typical_p) or not 0 < self.typical_p <= 1:
+            raise InvalidRequest(f"typical_p must be in (0, 1], got {self.typical_p!r}")
         return self
 
 

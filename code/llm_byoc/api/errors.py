@@ -7,6 +7,11 @@ A 429 (overload) and a 503 while the model loads carry ``Retry-After``.
 Under ``/v1/`` (the OpenAI routes) the body takes OpenAI's shape, which the
 ``openai`` client reads into its error types, and keeps our ``type`` beside it:
 ``{"error": {"message", "type", "param", "code"}, "type"}``.
+
+On TGI's routes (``api/tgi_routes.py``) the body and the codes are TGI's, which
+``huggingface_hub`` reads into its errors: ``{"error", "error_type"}``, a bad
+request 422 ``validation``, an overload 429 ``overloaded``, a failed generation
+424 ``generation``. ``/invocations`` keeps ours (400, ``{"error", "type"}``).
 """
 
 from __future__ import annotations
@@ -24,6 +29,13 @@ RETRY_AFTER_S = 1  # what a refused client is told to wait: capacity frees up as
 
 
 OPENAI_PREFIX = "/v1/"
+TGI_PATHS = ("/", "/generate", "/generate_stream", "/tokenize")
+# our status -> TGI's (status, error_type); others keep their status and our type
+_TGI_ERRORS = {400: (422, "validation"), 429: (429, "overloaded"), 500: (424, "generation")}
+
+
+def tgi_error(status: int, error_type: str) -> tuple[int, str]:
+    return _TGI_ERRORS.get(status, (status, error_type))
 
 
 def error_body(status: int, message: str, error_type: str) -> dict:
@@ -35,11 +47,16 @@ def error_json(path: str, status: int, message: str, error_type: str) -> dict:
     """The JSON of an error answer on ``path``: OpenAI's shape under /v1/, ours elsewhere."""
     if path.startswith(OPENAI_PREFIX):
         return {"error": {"message": message, "type": error_type, "param": None, "code": status}, "type": error_type}
+    if path in TGI_PATHS:
+        return {"error": message, "error_type": tgi_error(status, error_type)[1]}
     return {"error": message, "type": error_type}
 
 
 def error_response(status: int, message: str, error_type: str):
-    response = jsonify(error_body(status, message, error_type))
+    body = error_body(status, message, error_type)
+    if has_request_context() and request.path in TGI_PATHS:
+        status = tgi_error(status, error_type)[0]
+    response = jsonify(body)
     response.status_code = status
     if status == 429 or error_type == EngineNotReady.error_type:
         response.headers["Retry-After"] = str(RETRY_AFTER_S)

@@ -158,6 +158,8 @@ def sampling_params(params: SamplingParams, max_tokens: int):
     from vllm import SamplingParams as VllmSamplingParams
     from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
+    if params.typical_p < 1:
+        raise ValueError("typical_p is not one of vLLM's sampling parameters; it needs LLM_BYOC_ENGINE=native")
     structured = None
     grammar = params.grammar
     if grammar is not None:
