@@ -1,7 +1,9 @@
 """Configuration: frozen dataclasses, validated on construction.
 
 Every environment variable the container understands is named in this module
-and read in one ``from_env()`` call at start-up, never at import time.
+and read in one ``from_env()`` call at start-up, never at import time. The
+other images' names (TGI's, LMI's, vLLM's ``SM_VLLM_*``) are named here too;
+``serve`` writes them under ours before anything reads them (config_aliases.py).
 """
 
 from __future__ import annotations
@@ -289,9 +291,7 @@ class EngineConfig:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, commit_default: str = "ahead") -> "EngineConfig":
         """``commit_default``: the KV pool's commit when ``LLM_BYOC_KV_CACHE_COMMIT`` is unset (multi-model: lazy)."""
-        from .config_aliases import resolve_aliases
-
-        env = resolve_aliases(os.environ if env is None else env).env
+        env = os.environ if env is None else env
         max_len = _int(env, ENV_MAX_MODEL_LEN, 0)
         return cls(
             model=env.get(ENV_MODEL) or DEFAULT_MODEL_DIR,
@@ -360,9 +360,7 @@ class ServerConfig:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "ServerConfig":
-        from .config_aliases import resolve_aliases
-
-        env = resolve_aliases(os.environ if env is None else env).env
+        env = os.environ if env is None else env
         return cls(
             port=_int(env, ENV_BIND_PORT, 8080),
             workers=_int(env, ENV_SERVER_WORKERS, 1),

@@ -1,6 +1,7 @@
 """The settings of the images users come from (TGI, LMI, vLLM's SageMaker entrypoint), onto ours.
 
-``resolve_aliases(env)`` returns the environment as ``from_env`` reads it: every alias that is set
+``serve`` calls ``adopt_aliases(os.environ)`` first thing, so that every ``from_env`` (its own and its
+children's, which inherit the environment) reads them. ``resolve_aliases(env)`` returns the environment as ``from_env`` reads it: every alias that is set
 is written under our name (``ALIASES``), in our terms (``OPTION_DTYPE=fp16`` is ``float16``), and
 removed. Ours win where both are set to the same value; two settings that name the same thing with
 different values are a ``ConfigError`` naming both, at start-up. vLLM's ``SM_VLLM_<ARG>`` is the
@@ -134,6 +135,15 @@ def resolve_aliases(env: Mapping[str, str]) -> Resolved:
     for ours, (value, _) in wanted.items():
         out[ours] = value
     return Resolved(out, notes)
+
+
+def adopt_aliases(environ) -> list[str]:
+    """Rewrite ``environ`` (``os.environ``) as ``resolve_aliases`` reads it; the lines to log."""
+    resolved = resolve_aliases(environ)
+    for name in [n for n in environ if n not in resolved.env]:
+        del environ[name]
+    environ.update(resolved.env)
+    return resolved.notes
 
 
 def _alias_values(env: Mapping[str, str]):

@@ -45,7 +45,7 @@ import tempfile
 import time
 
 from ..config import ENV_ENGINE_SOCKET, ENV_MODEL, ConfigError, EngineConfig, MultiModelConfig, ServerConfig, hub_token
-from ..config_aliases import resolve_aliases
+from ..config_aliases import adopt_aliases
 from ..errors import ModelLoadError
 from ..engine import engine_socket
 from ..logging_setup import configure_logging
@@ -219,16 +219,6 @@ class Supervisor:
             name, _ = self.children.pop(proc.pid)
             self.exit_codes[name] = proc.returncode
         return proc.pid not in self.children
-
-
-def adopt_aliases(environ) -> list[str]:
-    """Rewrite ``environ`` with the other images' settings under our names (config_aliases.py);
-    the lines to log. ConfigError on a conflicting pair."""
-    resolved = resolve_aliases(environ)
-    for name in [n for n in environ if n not in resolved.env]:
-        del environ[name]
-    environ.update(resolved.env)
-    return resolved.notes
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -106,6 +106,16 @@ SINGLE_MODEL_CALLS = [
     ("POST", "/invocations", {"messages": [{"role": "user", "content": "hi"}], "tools": [TOOL],
                               "tool_choice": {"type": "function", "function": {"name": "g"}}}),
     ("POST", "/invocations", {"inputs": "x", "parameters": {"grammar": {"type": "json", "value": {"if": {}}}}}),
+    ("POST", "/", {"inputs": "abc", "parameters": {"max_new_tokens": 2, "details": True}}),
+    ("POST", "/", {"inputs": "abc", "stream": True}),
+    ("POST", "/generate", {"inputs": "abc", "parameters": {"details": True, "top_n_tokens": 2, "truncate": 2,
+                                                           "watermark": False, "decoder_input_details": False}}),
+    ("POST", "/generate", {"inputs": "abc", "parameters": {"watermark": True}}),
+    ("POST", "/generate", {"inputs": ["abc"]}),
+    ("POST", "/generate_stream", {"inputs": "abc", "parameters": {"top_n_tokens": 1}}),
+    ("GET", "/info", None),
+    ("POST", "/tokenize", {"inputs": "abc"}),
+    ("POST", "/tokenize", {"inputs": 3}),
 ]
 
 
