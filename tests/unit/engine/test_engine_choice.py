@@ -178,3 +178,10 @@ def test_vllm_is_not_handed_a_folder_whose_code_it_would_have_to_run(tmp_path):
     vllm_mapping.check_folder_for_vllm(tmp_path, {**remote, "model_type": "llama"}, False, {"llama"})  # a known type
     with pytest.raises(ModelLoadError, match="no .safetensors weights"):
         vllm_mapping.check_folder_for_vllm(tmp_path / "empty", {"model_type": "llama"}, False, {"llama"})
+
+
+def test_typical_p_is_refused_for_vllm_which_has_none():
+    from llm_byoc.protocol import SamplingParams
+
+    with pytest.raises(ValueError, match="typical_p is not one of vLLM's sampling parameters"):
+        vllm_mapping.sampling_params(SamplingParams(temperature=1.0, typical_p=0.5), 8)
