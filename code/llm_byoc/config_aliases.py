@@ -73,21 +73,20 @@ ALIASES: tuple[Alias, ...] = (
     Alias(c.ENV_OPTION_ENABLE_LORA, c.ENV_VLLM_ENABLE_LORA, _boolean),
 )
 
-# vLLM engine arguments we have a setting of our own for: SM_VLLM_<ARG> sets that setting
+# vLLM engine arguments we have a setting of our own for, which vllm_mapping.engine_args hands to vLLM:
+# SM_VLLM_<ARG> sets that setting (the others, max_num_batched_tokens and block_size included, go to vLLM as they are)
 VLLM_ARG_SETTINGS: dict[str, tuple[str, Callable[[str], str]]] = {
     "model": (c.ENV_MODEL, _plain),
     "revision": (c.ENV_MODEL_REVISION, _plain),
     "served_model_name": (c.ENV_SERVED_MODEL_NAME, _plain),
     "max_model_len": (c.ENV_MAX_MODEL_LEN, _plain),
     "max_num_seqs": (c.ENV_MAX_NUM_SEQS, _plain),
-    "max_num_batched_tokens": (c.ENV_MAX_BATCHED_TOKENS, _plain),
     "tensor_parallel_size": (c.ENV_TENSOR_PARALLEL_SIZE, _plain),
     "pipeline_parallel_size": (c.ENV_PIPELINE_PARALLEL_SIZE, _plain),
     "dtype": (c.ENV_DTYPE, _dtype("SM_VLLM_DTYPE")),
     "quantization": (c.ENV_QUANTIZATION, _plain),
     "trust_remote_code": (c.ENV_TRUST_REMOTE_CODE, _boolean),
     "gpu_memory_utilization": (c.ENV_GPU_MEMORY_UTILIZATION, _plain),
-    "block_size": (c.ENV_KV_BLOCK_SIZE, _plain),
     "enable_prefix_caching": (c.ENV_PREFIX_CACHING, _boolean),
     "enable_lora": (c.ENV_VLLM_ENABLE_LORA, _boolean),
     "max_loras": (c.ENV_MAX_LORAS, _plain),
@@ -101,6 +100,14 @@ IGNORED: dict[str, str] = {
                                       f"{c.ENV_GPU_MEMORY_UTILIZATION})",
     c.ENV_OPTION_ROLLING_BATCH: "every engine here batches continuously",
 }
+
+
+# Options of vLLM's OpenAI API server, not of its engine: this server answers instead
+VLLM_SERVER_ARGS = ("host", "port", "api_key", "uvicorn_log_level", "disable_log_requests", "disable_uvicorn_access_log",
+                    "root_path", "ssl_keyfile", "ssl_certfile", "ssl_ca_certs", "allowed_origins", "allowed_methods",
+                    "allowed_headers", "allow_credentials", "middleware", "chat_template", "response_role",
+                    "enable_auto_tool_choice", "tool_call_parser", "reasoning_parser", "lora_modules",
+                    "return_tokens_as_token_ids", "max_log_len")
 
 
 @dataclass(frozen=True)
@@ -121,6 +128,11 @@ def resolve_aliases(env: Mapping[str, str]) -> Resolved:
             continue
         _claim(wanted, out, ours, value, name)
         notes.append(f"{name} read as {ours}={value}")
+    for name in sorted(env):
+        if _vllm_arg(name) in VLLM_SERVER_ARGS and (env.get(name) or "").strip():
+            out.pop(name, None)
+            notes.append(f"{name} is ignored: an option of vLLM's API server, not of its engine (this server "
+                         "answers instead)")
     extra = _vllm_extra_args(env)
     if extra:
         for arg in extra:
@@ -185,7 +197,7 @@ def _vllm_extra_args(env: Mapping[str, str]) -> dict:
     extra = {}
     for name, raw in sorted(env.items()):
         arg = _vllm_arg(name)
-        if arg is None or arg in VLLM_ARG_SETTINGS or not (raw or "").strip():
+        if arg is None or arg in VLLM_ARG_SETTINGS or arg in VLLM_SERVER_ARGS or not (raw or "").strip():
             continue
         extra[arg] = _vllm_value(raw.strip())
     return extra

@@ -61,10 +61,13 @@ def test_an_equal_pair_is_fine_a_different_pair_is_an_error_naming_both():
 
 def test_other_vllm_arguments_go_to_the_engine_args():
     env = {"SM_VLLM_ENFORCE_EAGER": "true", "SM_VLLM_SWAP_SPACE": "4", "SM_VLLM_KV_CACHE_DTYPE": "fp8",
-           "LLM_BYOC_VLLM_ENGINE_ARGS": '{"seed": 3}'}
+           "SM_VLLM_MAX_NUM_BATCHED_TOKENS": "8192", "LLM_BYOC_VLLM_ENGINE_ARGS": '{"seed": 3}',
+           "SM_VLLM_PORT": "8000", "SM_VLLM_TOOL_CALL_PARSER": "hermes"}
     resolved = resolve_aliases(env)
-    assert json.loads(resolved.env["LLM_BYOC_VLLM_ENGINE_ARGS"]) == {
-        "enforce_eager": True, "swap_space": 4, "kv_cache_dtype": "fp8", "seed": 3}
+    assert json.loads(resolved.env["LLM_BYOC_VLLM_ENGINE_ARGS"]) == {  # vLLM's own, as vLLM's entrypoint passes them
+        "enforce_eager": True, "swap_space": 4, "kv_cache_dtype": "fp8", "max_num_batched_tokens": 8192, "seed": 3}
+    assert "SM_VLLM_PORT is ignored: an option of vLLM's API server" in " ".join(resolved.notes)
+    assert "SM_VLLM_TOOL_CALL_PARSER is ignored" in " ".join(resolved.notes)
     assert not any(name.startswith("SM_VLLM_") for name in resolved.env)
     assert EngineConfig.from_env(resolved.env).vllm_args["swap_space"] == 4
     with pytest.raises(ConfigError, match="SM_VLLM_SEED=4 and LLM_BYOC_VLLM_ENGINE_ARGS's 'seed'=3 differ"):
