@@ -44,7 +44,7 @@ import sys
 import tempfile
 import time
 
-from ..config import ENV_ENGINE_SOCKET, ENV_MODEL, ConfigError, EngineConfig, MultiModelConfig, ServerConfig, hub_token
+from ..config import ENV_ENGINE_SOCKET, ENV_MODEL, ENV_SERVED_MODEL_NAME, ConfigError, EngineConfig, MultiModelConfig, ServerConfig, hub_token
 from ..config_aliases import adopt_aliases
 from ..errors import ModelLoadError
 from ..engine import engine_socket
@@ -246,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
         except ModelLoadError as exc:
             log.error("%s", exc.message)
             return EXIT_CHILD_FAILED
+        if not config.served_model_name:
+            os.environ[ENV_SERVED_MODEL_NAME] = fetch.served_name_of(engine.model)
     supervisor = Supervisor(config)
     signal.signal(signal.SIGTERM, supervisor.request_stop)
     signal.signal(signal.SIGINT, supervisor.request_stop)

@@ -51,6 +51,15 @@ def fetch_model(source: str, download_dir: str, revision: str = "", token: str |
     return str(folder)
 
 
+def served_name_of(source: str) -> str:
+    """The name a fetched model answers to (TGI's model_id, OpenAI's model): the hub id without its
+    revision, or the S3 prefix's last part; the local folder's name would be a commit hash or "model"."""
+    source = source.strip()
+    if source.startswith(S3_SCHEME):
+        return source.rstrip("/").rsplit("/", 1)[-1]
+    return source.split("@", 1)[0]
+
+
 @dataclass(frozen=True)
 class S3Object:
     key: str

@@ -100,7 +100,8 @@ def test_serve_reads_other_images_settings_and_fetches_the_model_first(monkeypat
 
     class RecordingSupervisor:
         def __init__(self, config):
-            events.append(("supervisor", os.environ.get("LLM_BYOC_MODEL"), "OPTION_MODEL_ID" in os.environ))
+            events.append(("supervisor", os.environ.get("LLM_BYOC_MODEL"), "OPTION_MODEL_ID" in os.environ,
+                           os.environ.get("LLM_BYOC_SERVED_MODEL_NAME")))
 
         def request_stop(self, *_):
             pass
@@ -121,7 +122,7 @@ def test_serve_reads_other_images_settings_and_fetches_the_model_first(monkeypat
     monkeypatch.setattr(serve.signal, "signal", lambda *_: None)
     assert main([]) == 0
     assert events == ["decide", ("fetch", "s3://bucket/llama/", str(tmp_path / "dl"), "v2", "hf_secret"),
-                      ("supervisor", str(tmp_path), False)]
+                      ("supervisor", str(tmp_path), False, "llama")]  # named as the source, not the folder
 
 
 def test_a_model_that_cannot_be_fetched_is_exit_1_and_a_conflict_exit_2(monkeypatch, tmp_path, capsys,

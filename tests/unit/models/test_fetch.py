@@ -30,6 +30,11 @@ def s3(monkeypatch):
         yield client
 
 
+def test_the_served_name_is_the_sources():
+    assert fetch.served_name_of("org/name@v1") == "org/name"
+    assert fetch.served_name_of("s3://bucket/llama/v1/") == "v1"
+
+
 def test_needs_fetch():
     assert fetch.needs_fetch("s3://b/p/") and fetch.needs_fetch("org/name") and fetch.needs_fetch("org/name@main")
     assert not fetch.needs_fetch("/opt/ml/model") and not fetch.needs_fetch("model.gguf")
