@@ -202,4 +202,4 @@ class _NoTerminal:
 
 
 def _amount(value, unit: str) -> str:
-    return f"{value / MIB:.1f} MiB" if unit == "B" else f"{value:g} {unit}s" if unit else f"{value:g}"
+    return f"{value / MIB:.1f} MiB" if unit == "B" else f"{value:g}"
