@@ -29,7 +29,9 @@ RETRY_AFTER_S = 1  # what a refused client is told to wait: capacity frees up as
 
 
 OPENAI_PREFIX = "/v1/"
-TGI_PATHS = ("/", "/generate", "/generate_stream", "/tokenize")
+TGI_ENDPOINTS = {"/": "tgi_compat", "/generate": "tgi_generate", "/generate_stream": "tgi_generate_stream",
+                 "/tokenize": "tgi_tokenize"}  # TGI's routes (api/tgi_routes.py), by path
+TGI_PATHS = tuple(TGI_ENDPOINTS)
 # our status -> TGI's (status, error_type); others keep their status and our type
 _TGI_ERRORS = {400: (422, "validation"), 429: (429, "overloaded"), 500: (424, "generation")}
 
@@ -40,6 +42,8 @@ def tgi_error(status: int, error_type: str) -> tuple[int, str]:
 
 def error_body(status: int, message: str, error_type: str) -> dict:
     """The JSON of an error answer (or of a stream's last event) for the route being served."""
+    if _on_tgi_route():
+        return {"error": message, "error_type": tgi_error(status, error_type)[1]}
     return error_json(request.path if has_request_context() else "", status, message, error_type)
 
 
@@ -47,14 +51,19 @@ def error_json(path: str, status: int, message: str, error_type: str) -> dict:
     """The JSON of an error answer on ``path``: OpenAI's shape under /v1/, ours elsewhere."""
     if path.startswith(OPENAI_PREFIX):
         return {"error": {"message": message, "type": error_type, "param": None, "code": status}, "type": error_type}
-    if path in TGI_PATHS:
-        return {"error": message, "error_type": tgi_error(status, error_type)[1]}
     return {"error": message, "type": error_type}
+
+
+def _on_tgi_route() -> bool:
+    """A request that reached one of TGI's routes (not a 404/405 on their paths, nor multi-model mode's)."""
+    if not has_request_context() or request.url_rule is None:
+        return False
+    return TGI_ENDPOINTS.get(request.url_rule.rule) == request.url_rule.endpoint
 
 
 def error_response(status: int, message: str, error_type: str):
     body = error_body(status, message, error_type)
-    if has_request_context() and request.path in TGI_PATHS:
+    if _on_tgi_route():
         status = tgi_error(status, error_type)[0]
     response = jsonify(body)
     response.status_code = status

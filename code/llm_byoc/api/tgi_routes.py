@@ -30,6 +30,7 @@ from ..schemas.invocation import MAX_STOP, require_object
 from .admission import CapacityGate
 from .body import read_json
 from .client_watch import ClientWatch
+from .errors import TGI_ENDPOINTS
 from .invocations import InvocationRoute
 
 ROUTER = "llm-byoc"
@@ -39,16 +40,15 @@ def register_tgi_routes(app: Flask, engine: ServingEngine, config: ServerConfig,
                         gate: CapacityGate | None, watch: ClientWatch, capacity: int | None = None) -> None:
     """``model``: app._ModelFacts; ``gate``/``watch``: the ones ``/invocations`` uses;
     ``capacity``: the requests the server holds at once (TGI's max_concurrent_requests)."""
-    for path, endpoint, route in (("/", "tgi_compat", ""), ("/generate", "tgi_generate", "generate"),
-                                  ("/generate_stream", "tgi_generate_stream", "generate_stream")):
-        app.add_url_rule(path, endpoint, InvocationRoute(engine, config, model, gate, watch, tgi_parser(route)),
-                         methods=["POST"])
+    for path, route in (("/", ""), ("/generate", "generate"), ("/generate_stream", "generate_stream")):
+        app.add_url_rule(path, TGI_ENDPOINTS[path],
+                         InvocationRoute(engine, config, model, gate, watch, tgi_parser(route)), methods=["POST"])
 
     @app.get("/info")
     def tgi_info():
         return jsonify(info_json(model, capacity, getattr(engine, "max_input_tokens", 0)))
 
-    @app.post("/tokenize")
+    @app.post("/tokenize", endpoint=TGI_ENDPOINTS["/tokenize"])
     def tgi_tokenize():
         body = require_object(read_json(request, config.max_payload_bytes), "the request body")
         text = body.get("inputs")

@@ -130,3 +130,16 @@ def test_tgi_series_count_generation_requests(client):
     assert get_metrics().registry.get_sample_value("tgi_request_failure", {"err": "validation"}) - failures == 1
     text = client.get("/metrics").get_data(as_text=True)
     assert "\ntgi_queue_size " in text and "\ntgi_batch_current_size " in text
+
+
+def test_only_a_request_that_reached_a_tgi_route_gets_tgis_shape(client):
+    wrong_method = client.get("/generate")
+    assert wrong_method.status_code == 405 and set(wrong_method.get_json()) == {"error", "type"}
+    assert set(client.post("/generatex", json={}).get_json()) == {"error", "type"}
+
+
+def test_an_error_mid_stream_is_a_last_event_in_tgis_shape(client, engine):
+    engine.die_after_tokens = 1
+    events = parse_sse(client.post("/generate_stream", json={"inputs": "abc"}).get_data())
+    assert events[0]["token"]["text"] == "c"
+    assert set(events[-1]) == {"error", "error_type"}
