@@ -194,37 +194,13 @@ def parse(body: dict, tokenizer_of: Callable[[], Any] | None = None, *, route: s
     _refuse_unhonoured(parameters)
     stream = route == "generate_stream" or (route == "" and bool(opt_bool(body, "stream")))
     details = bool(opt_bool(parameters, "details"))
-    top_n = _or(opt_int(parameters, "top_n_tokens", minimum=0), 0)
-    if top_n > MAX_TOP_LOGPROBS:
-        raise InvalidRequest(f"top_n_tokens must be from 0 to {MAX_TOP_LOGPROBS}, got {top_n}")
-    truncate = opt_int(parameters, "truncate", minimum=1)
-    prompts: list[str] | list[list[int]] = texts
-    if truncate is not None:
-        tokenizer = tokenizer_of() if tokenizer_of is not None else None
-        if tokenizer is None:
-            raise InvalidRequest("truncate needs the model's tokenizer, which this server has not loaded")
-        prompts = [list(tokenizer.encode(text))[-truncate:] for text in texts]
-    params = SamplingParams(
-        max_new_tokens=_or(opt_int(parameters, "max_new_tokens", minimum=1), SamplingParams.max_new_tokens),
-        temperature=_temperature(parameters),
-        top_p=_or(opt_number(parameters, "top_p"), 1.0),
-        top_k=_or(opt_int(parameters, "top_k", minimum=0), 0),
-        repetition_penalty=opt_repetition_penalty(parameters),
-        stop=opt_stop(parameters),
-        seed=opt_int(parameters, "seed", minimum=0),
-        ignore_eos=bool(opt_bool(parameters, "ignore_eos")),
-        logprobs=details or stream or bool(top_n),
-        top_logprobs=top_n,
-        grammar=tgi_grammar(parameters.get("grammar")),
-        frequency_penalty=_or(opt_number(parameters, "frequency_penalty"), 0.0),
-        typical_p=_typical_p(parameters),
-    )
+    top_n = _top_n_tokens(parameters)
     adapter = parameters.get("adapter_id")
     if adapter is not None and (not isinstance(adapter, str) or not adapter):
         raise InvalidRequest("adapter_id must be a non-empty string")
     return TGIInvocation(
-        prompts=prompts,
-        params=params,
+        prompts=_truncated(texts, opt_int(parameters, "truncate", minimum=1), tokenizer_of),
+        params=_sampling(parameters, logprobs=details or stream or bool(top_n), top_n=top_n),
         stream=stream,
         details=details,
         return_full_text=bool(opt_bool(parameters, "return_full_text")),
@@ -234,6 +210,41 @@ def parse(body: dict, tokenizer_of: Callable[[], Any] | None = None, *, route: s
         single=route == "generate",
         index_by_token=route == "generate_stream",
     )
+
+
+def _sampling(parameters: dict, logprobs: bool, top_n: int) -> SamplingParams:
+    return SamplingParams(
+        max_new_tokens=_or(opt_int(parameters, "max_new_tokens", minimum=1), SamplingParams.max_new_tokens),
+        temperature=_temperature(parameters),
+        top_p=_or(opt_number(parameters, "top_p"), 1.0),
+        top_k=_or(opt_int(parameters, "top_k", minimum=0), 0),
+        repetition_penalty=opt_repetition_penalty(parameters),
+        stop=opt_stop(parameters),
+        seed=opt_int(parameters, "seed", minimum=0),
+        ignore_eos=bool(opt_bool(parameters, "ignore_eos")),
+        logprobs=logprobs,
+        top_logprobs=top_n,
+        grammar=tgi_grammar(parameters.get("grammar")),
+        frequency_penalty=_or(opt_number(parameters, "frequency_penalty"), 0.0),
+        typical_p=_typical_p(parameters),
+    )
+
+
+def _truncated(texts: list[str], truncate: int | None, tokenizer_of: Callable[[], Any] | None):
+    """``truncate``: each prompt's last N tokens (as ids: the engine takes them as they are)."""
+    if truncate is None:
+        return texts
+    tokenizer = tokenizer_of() if tokenizer_of is not None else None
+    if tokenizer is None:
+        raise InvalidRequest("truncate needs the model's tokenizer, which this server has not loaded")
+    return [list(tokenizer.encode(text))[-truncate:] for text in texts]
+
+
+def _top_n_tokens(parameters: dict) -> int:
+    top_n = _or(opt_int(parameters, "top_n_tokens", minimum=0), 0)
+    if top_n > MAX_TOP_LOGPROBS:
+        raise InvalidRequest(f"top_n_tokens must be from 0 to {MAX_TOP_LOGPROBS}, got {top_n}")
+    return top_n
 
 
 def _refuse_unhonoured(parameters: dict) -> None:
