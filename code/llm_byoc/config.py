@@ -1,7 +1,9 @@
 """Configuration: frozen dataclasses, validated on construction.
 
 Every environment variable the container understands is named in this module
-and read in one ``from_env()`` call at start-up, never at import time.
+and read in one ``from_env()`` call at start-up, never at import time. The
+other images' names (TGI's, LMI's, vLLM's ``SM_VLLM_*``) are named here too;
+``serve`` writes them under ours before anything reads them (config_aliases.py).
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ ENV_DEVICE = "LLM_BYOC_DEVICE"
 ENV_MAX_NUM_SEQS = "LLM_BYOC_MAX_NUM_SEQS"
 ENV_MAX_BATCHED_TOKENS = "LLM_BYOC_MAX_BATCHED_TOKENS"
 ENV_MAX_MODEL_LEN = "LLM_BYOC_MAX_MODEL_LEN"
+ENV_MAX_INPUT_TOKENS = "LLM_BYOC_MAX_INPUT_TOKENS"
+ENV_MODEL_REVISION = "LLM_BYOC_MODEL_REVISION"
+ENV_DOWNLOAD_DIR = "LLM_BYOC_DOWNLOAD_DIR"
 ENV_MAX_NEW_TOKENS = "LLM_BYOC_MAX_NEW_TOKENS_LIMIT"
 ENV_MAX_WAITING = "LLM_BYOC_MAX_WAITING"
 ENV_NUM_THREADS = "LLM_BYOC_NUM_THREADS"
@@ -50,7 +55,6 @@ ENV_SESSION_TTL = "LLM_BYOC_SESSION_TTL"
 # Which engine runs the model (engine/engine_choice.py), and vLLM's own settings
 ENV_ENGINE = "LLM_BYOC_ENGINE"
 ENV_TENSOR_PARALLEL_SIZE = "LLM_BYOC_TENSOR_PARALLEL_SIZE"
-ENV_SM_NUM_GPUS = "SM_NUM_GPUS"  # what TGI's image reads for its shard count
 ENV_PIPELINE_PARALLEL_SIZE = "LLM_BYOC_PIPELINE_PARALLEL_SIZE"
 ENV_QUANTIZATION = "LLM_BYOC_QUANTIZATION"
 ENV_SPECULATIVE_CONFIG = "LLM_BYOC_SPECULATIVE_CONFIG"
@@ -80,11 +84,36 @@ ENV_TRITON_LOAD_TIMEOUT = "LLM_BYOC_TRITON_LOAD_TIMEOUT"
 ENV_TRITON_MAX_BATCH_SIZE = "LLM_BYOC_TRITON_MAX_BATCH_SIZE"
 ENV_TRITON_BATCH_DELAY_US = "LLM_BYOC_TRITON_BATCH_DELAY_US"
 ENV_TRITON_INSTANCES = "LLM_BYOC_TRITON_INSTANCES"
+# Other images' names for the same settings (config_aliases.py maps each onto ours)
+# Hugging Face TGI
+ENV_HF_MODEL_ID = "HF_MODEL_ID"
+ENV_HF_MODEL_REVISION = "HF_MODEL_REVISION"
+ENV_HF_TOKEN = "HF_TOKEN"  # read by the hub download only, never logged
+ENV_HF_TOKEN_OLD = "HUGGING_FACE_HUB_TOKEN"
+ENV_SM_NUM_GPUS = "SM_NUM_GPUS"
+ENV_TGI_MAX_INPUT_TOKENS = "MAX_INPUT_TOKENS"
+ENV_TGI_MAX_INPUT_LENGTH = "MAX_INPUT_LENGTH"
+ENV_TGI_MAX_TOTAL_TOKENS = "MAX_TOTAL_TOKENS"
+ENV_TGI_MAX_BATCH_PREFILL_TOKENS = "MAX_BATCH_PREFILL_TOKENS"
+ENV_TGI_MAX_BATCH_TOTAL_TOKENS = "MAX_BATCH_TOTAL_TOKENS"
+ENV_HF_MODEL_QUANTIZE = "HF_MODEL_QUANTIZE"
+ENV_HF_MODEL_TRUST_REMOTE_CODE = "HF_MODEL_TRUST_REMOTE_CODE"
+# AWS LMI (DJL Serving)
+ENV_OPTION_MODEL_ID = "OPTION_MODEL_ID"
+ENV_OPTION_TENSOR_PARALLEL_DEGREE = "OPTION_TENSOR_PARALLEL_DEGREE"
+ENV_OPTION_MAX_ROLLING_BATCH_SIZE = "OPTION_MAX_ROLLING_BATCH_SIZE"
+ENV_OPTION_MAX_MODEL_LEN = "OPTION_MAX_MODEL_LEN"
+ENV_OPTION_DTYPE = "OPTION_DTYPE"
+ENV_OPTION_ENABLE_LORA = "OPTION_ENABLE_LORA"
+ENV_OPTION_ROLLING_BATCH = "OPTION_ROLLING_BATCH"
+# vLLM's SageMaker entrypoint: SM_VLLM_<ARG> is the engine argument <arg>
+ENV_SM_VLLM_PREFIX = "SM_VLLM_"
 
 DEFAULT_MODEL_DIR = "/opt/ml/model"
 DEFAULT_ADAPTERS_DIR = "/opt/ml/model/adapters"
 DEFAULT_ADAPTER_ROOTS = ("/opt/ml",)
 DEFAULT_MODEL_ROOT = "/opt/ml/models"
+DEFAULT_DOWNLOAD_DIR = "/tmp/llm_byoc/model"
 
 _DTYPES = ("auto", "float32", "float16", "bfloat16")
 LINEAR_BACKENDS = ("auto", "onednn", "aten")  # see worker/linear.py
@@ -174,6 +203,9 @@ class EngineConfig:
     max_num_seqs: int = 0  # sequences in one step's batch; 0: auto (worker/loading.py); memory is the KV cache's business
     max_batched_tokens: int = 256  # tokens computed in one step (prefill chunks + decodes); 256 halves TTFT vs 512 at equal throughput on CPU
     max_model_len: int | None = None  # None: the model's own limit, capped at 4096
+    max_input_tokens: int = 0  # prompt tokens a request may send; 0: max_model_len - 1
+    model_revision: str = ""  # a hub id's branch, tag or commit (the download at start, models/fetch.py)
+    download_dir: str = DEFAULT_DOWNLOAD_DIR  # where an s3:// model is copied at start
     max_new_tokens_limit: int = 2048
     max_waiting: int = 256  # queued sequences beyond this are refused (429)
     num_threads: int = 0  # torch intra-op threads in the worker; 0 = OMP_NUM_THREADS, else the usable cores (cpu.py)
@@ -212,6 +244,11 @@ class EngineConfig:
         _require(
             self.max_model_len is None or self.max_model_len >= 16,
             f"{ENV_MAX_MODEL_LEN} must be >= 16",
+        )
+        _require(self.max_input_tokens >= 0, f"{ENV_MAX_INPUT_TOKENS} must be >= 1, or 0 for the context window")
+        _require(
+            not (self.max_input_tokens and self.max_model_len and self.max_input_tokens >= self.max_model_len),
+            f"{ENV_MAX_INPUT_TOKENS} ({self.max_input_tokens}) must be below {ENV_MAX_MODEL_LEN} ({self.max_model_len})",
         )
         _require(self.max_new_tokens_limit >= 1, f"{ENV_MAX_NEW_TOKENS} must be >= 1")
         _require(self.max_waiting >= 0, f"{ENV_MAX_WAITING} must be >= 0")
@@ -267,6 +304,9 @@ class EngineConfig:
             max_num_seqs=_int(env, ENV_MAX_NUM_SEQS, 0),
             max_batched_tokens=_int(env, ENV_MAX_BATCHED_TOKENS, 256),
             max_model_len=max_len or None,
+            max_input_tokens=_int(env, ENV_MAX_INPUT_TOKENS, 0),
+            model_revision=(env.get(ENV_MODEL_REVISION) or "").strip(),
+            download_dir=env.get(ENV_DOWNLOAD_DIR) or DEFAULT_DOWNLOAD_DIR,
             max_new_tokens_limit=_int(env, ENV_MAX_NEW_TOKENS, 2048),
             max_waiting=_int(env, ENV_MAX_WAITING, 256),
             num_threads=_int(env, ENV_NUM_THREADS, 0),
@@ -289,7 +329,7 @@ class EngineConfig:
             session_kv_share=_float(env, ENV_SESSION_KV_SHARE, 0.5),
             session_ttl_s=_int(env, ENV_SESSION_TTL, 1200),
             engine=(env.get(ENV_ENGINE) or "auto").strip().lower(),
-            tensor_parallel_size=_int(env, ENV_TENSOR_PARALLEL_SIZE, _int(env, ENV_SM_NUM_GPUS, 0)),
+            tensor_parallel_size=_int(env, ENV_TENSOR_PARALLEL_SIZE, 0),
             pipeline_parallel_size=_int(env, ENV_PIPELINE_PARALLEL_SIZE, 1),
             quantization=(env.get(ENV_QUANTIZATION) or "").strip(),
             speculative_config=(env.get(ENV_SPECULATIVE_CONFIG) or "").strip(),
@@ -345,6 +385,12 @@ class ServerConfig:
             reasoning_parser=(env.get(ENV_REASONING_PARSER) or "auto").strip().lower(),
             tool_call_parser=(env.get(ENV_TOOL_CALL_PARSER) or "auto").strip().lower(),
         )
+
+
+def hub_token(env: Mapping[str, str] | None = None) -> str | None:
+    """The hub token TGI's image reads (HF_TOKEN, or its older name): for the download only."""
+    env = os.environ if env is None else env
+    return (env.get(ENV_HF_TOKEN) or env.get(ENV_HF_TOKEN_OLD) or "").strip() or None
 
 
 def parse_memory_size(raw: str, total_bytes: int, name: str = ENV_MEMORY_BUDGET) -> int:

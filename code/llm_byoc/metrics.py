@@ -33,6 +33,7 @@ from prometheus_client import (
 )
 
 from .gateway_metrics import GatewayGauges
+from .tgi_metrics import TgiMetrics
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +97,7 @@ class ServingMetrics:
         self.cache_evictions = Counter(f"{PREFIX}_model_cache_evictions", "Multi-model: models unloaded to make room", registry=r)
         self.models_loaded = Gauge(f"{PREFIX}_models_loaded", "Multi-model: models in memory", registry=r, multiprocess_mode="mostrecent")
         self.gateway = GatewayGauges(r)  # vllm:* names of the queue and KV cache gauges, for Kubernetes gateways
+        self.tgi = TgiMetrics(r)  # tgi_* names, for TGI's dashboards
 
     def observe_request(self, route: str, status: int | str, seconds: float) -> None:
         self.requests.labels(route=route, status=str(status)).inc()
@@ -297,6 +299,7 @@ def engine_refresher(engine, metrics: ServingMetrics | None = None) -> Callable[
         health = engine.health()
         m.waiting.set(health.num_waiting)
         m.running.set(health.num_running)
+        m.tgi.set_queue(health.num_waiting, health.num_running)
         kv = health.kv_cache
         if kv is not None:
             m.kv_cache.set(min(1.0, kv.usage))

@@ -87,6 +87,7 @@ class SamplingParams:
     min_p: float = 0.0  # tokens below min_p x the likeliest token's probability are dropped (sampling only)
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias) added to the logits before anything else
     stop_token_ids: tuple[int, ...] = ()  # generating one of these ends the sequence (STOP), as EOS does
+    typical_p: float = 1.0  # TGI's typical sampling (worker/sampler.py); 1: off
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop", tuple(self.stop))
@@ -155,6 +156,8 @@ class SamplingParams:
             is_int(t) and t >= 0 for t in self.stop_token_ids
         ):
             raise InvalidRequest(f"stop_token_ids must be at most {MAX_STOP_TOKEN_IDS} token ids (integers >= 0)")
+        if not is_num(self.typical_p) or not 0 < self.typical_p <= 1:
+            raise InvalidRequest(f"typical_p must be in (0, 1], got {self.typical_p!r}")
         return self
 
     def check_token_ids(self, vocab_size: int) -> None:

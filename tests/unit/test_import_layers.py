@@ -25,10 +25,10 @@ ROOT = Path(llm_byoc.__file__).resolve().parent
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # Plain Python, no model and no server: the errors, the names of the container contract,
     # the settings read from the environment, the machine's CPUs and memory, logging.
-    ("foundations", ("llm_byoc", "errors", "contract", "wire", "cpu", "memory", "config", "logging_setup")),
+    ("foundations", ("llm_byoc", "errors", "contract", "wire", "cpu", "memory", "config", "config_aliases", "logging_setup")),
     # The typed messages that cross a process boundary (and the adapters' plain data and
     # folder checks they carry), and the Prometheus metrics of what they report.
-    ("messages", ("adapters", "protocol", "gateway_metrics", "metrics")),
+    ("messages", ("adapters", "protocol", "gateway_metrics", "tgi_metrics", "metrics")),
     # The endpoint client stands on the contract alone: it runs where the server's
     # packages (Flask, torch) are not installed, so nothing of the server is below it.
     ("client", ("client",)),

@@ -4,6 +4,7 @@
   GET  /health                the same answer (what Kubernetes and OpenAI-style tooling probe)
   POST /invocations           TGI or OpenAI style generation, plain JSON or SSE stream
   /v1/...                     the OpenAI API (api/openai_routes.py)
+  POST /, /generate, /generate_stream, /tokenize, GET /info   Hugging Face TGI's routes (api/tgi_routes.py)
   GET  /execution-parameters  batch transform settings
   GET  /openapi.json          this API as an OpenAPI 3.1 document
 
@@ -45,6 +46,7 @@ from .loop_admission import ADMISSION_EXTENSION, LoopAdmission, generation_key
 from .multimodel_routes import register_multi_model_routes
 from .openai_routes import chat_options, register_openai_routes
 from .openapi import register_openapi_route
+from .tgi_routes import register_tgi_routes
 from .request_log import RequestLog
 
 HEALTH_PATHS = ("/ping", "/health")  # answered even beyond the connection limit
@@ -69,6 +71,7 @@ def create_app(
     app.add_url_rule("/invocations", "invocations", InvocationRoute(engine, config, model, gate, watch, parse),
                      methods=["POST"])
     register_openai_routes(app, engine, config, model, gate, watch)
+    register_tgi_routes(app, engine, config, model, gate, watch, capacity)
 
     @app.get("/ping")
     @app.get("/health")

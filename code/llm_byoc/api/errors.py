@@ -7,6 +7,11 @@ A 429 (overload) and a 503 while the model loads carry ``Retry-After``.
 Under ``/v1/`` (the OpenAI routes) the body takes OpenAI's shape, which the
 ``openai`` client reads into its error types, and keeps our ``type`` beside it:
 ``{"error": {"message", "type", "param", "code"}, "type"}``.
+
+On TGI's routes (``api/tgi_routes.py``) the body and the codes are TGI's, which
+``huggingface_hub`` reads into its errors: ``{"error", "error_type"}``, a bad
+request 422 ``validation``, an overload 429 ``overloaded``, a failed generation
+424 ``generation``. ``/invocations`` keeps ours (400, ``{"error", "type"}``).
 """
 
 from __future__ import annotations
@@ -24,10 +29,21 @@ RETRY_AFTER_S = 1  # what a refused client is told to wait: capacity frees up as
 
 
 OPENAI_PREFIX = "/v1/"
+TGI_ENDPOINTS = {"/": "tgi_compat", "/generate": "tgi_generate", "/generate_stream": "tgi_generate_stream",
+                 "/tokenize": "tgi_tokenize"}  # TGI's routes (api/tgi_routes.py), by path
+TGI_PATHS = tuple(TGI_ENDPOINTS)
+# our status -> TGI's (status, error_type); others keep their status and our type
+_TGI_ERRORS = {400: (422, "validation"), 429: (429, "overloaded"), 500: (424, "generation")}
+
+
+def tgi_error(status: int, error_type: str) -> tuple[int, str]:
+    return _TGI_ERRORS.get(status, (status, error_type))
 
 
 def error_body(status: int, message: str, error_type: str) -> dict:
     """The JSON of an error answer (or of a stream's last event) for the route being served."""
+    if _on_tgi_route():
+        return {"error": message, "error_type": tgi_error(status, error_type)[1]}
     return error_json(request.path if has_request_context() else "", status, message, error_type)
 
 
@@ -38,8 +54,18 @@ def error_json(path: str, status: int, message: str, error_type: str) -> dict:
     return {"error": message, "type": error_type}
 
 
+def _on_tgi_route() -> bool:
+    """A request that reached one of TGI's routes (not a 404/405 on their paths, nor multi-model mode's)."""
+    if not has_request_context() or request.url_rule is None:
+        return False
+    return TGI_ENDPOINTS.get(request.url_rule.rule) == request.url_rule.endpoint
+
+
 def error_response(status: int, message: str, error_type: str):
-    response = jsonify(error_body(status, message, error_type))
+    body = error_body(status, message, error_type)
+    if _on_tgi_route():
+        status = tgi_error(status, error_type)[0]
+    response = jsonify(body)
     response.status_code = status
     if status == 429 or error_type == EngineNotReady.error_type:
         response.headers["Retry-After"] = str(RETRY_AFTER_S)

@@ -101,6 +101,7 @@ class InvocationRoute:
     def __call__(self) -> Response:
         deadline: Deadline = g.deadline
         request_log: RequestLog = g.request_log
+        request_log.generation = True
         ticket = request.environ.pop(TICKET, None)  # the HTTP worker's event loop may have admitted it
         if ticket is None and self._gate is not None:
             ticket = self._gate.reserve()  # 429 before the body is read
@@ -108,6 +109,7 @@ class InvocationRoute:
             body = read_json(request, self._config.max_payload_bytes)
             session_kind = session_request(body)
             if session_kind is not None:  # open or close a stateful session: no generation
+                request_log.generation = False
                 if ticket is not None:
                     ticket.release()
                 return answer_session_request(self._engine, session_kind, request.headers)

@@ -13,7 +13,8 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from ..metrics import RequestTimer, add_prompt_tokens, count_adapter_request
+from ..metrics import RequestTimer, add_prompt_tokens, count_adapter_request, get_metrics
+from ..tgi_metrics import error_label
 
 log = logging.getLogger("llm_byoc.access")
 
@@ -30,6 +31,7 @@ class RequestLog:
     done: bool = False
     timer: RequestTimer = field(default_factory=RequestTimer)  # TTFT / ITL / E2E metrics
     adapter: str | None = None  # the LoRA adapter a generation ran on
+    generation: bool = False  # a generation route (counted in TGI's tgi_request_* series)
 
     def on_token(self, event) -> None:
         if event.token_id is not None:
@@ -55,6 +57,8 @@ class RequestLog:
             if self.adapter:
                 count_adapter_request(self.adapter, sum(self.completion_tokens.values()))
         elapsed_ms = (time.monotonic() - self.started) * 1000
+        if self.generation:
+            self._count_generation(status, stream_status, elapsed_ms / 1000)
         parts = [
             f"request_id={self.request_id}",
             f"{self.method} {self.path}",
@@ -72,3 +76,10 @@ class RequestLog:
             parts.append(f"stream={stream_status}")
         level = logging.DEBUG if self.path in ("/ping", "/health") and status == 200 else logging.INFO
         log.log(level, " ".join(parts))
+
+    def _count_generation(self, status: int, stream_status: str | None, seconds: float) -> None:
+        ok = status < 400 and stream_status in (None, "ok")
+        err = error_label(status) if status >= 400 else (stream_status or "")
+        first = None if self.first_token_at is None else self.first_token_at - self.started
+        get_metrics().tgi.request_done(seconds, ok, err, sum(self.prompt_tokens.values()),
+                                       sum(self.completion_tokens.values()), first)

@@ -44,9 +44,12 @@ import sys
 import tempfile
 import time
 
-from ..config import ENV_ENGINE_SOCKET, ConfigError, EngineConfig, MultiModelConfig, ServerConfig
+from ..config import ENV_ENGINE_SOCKET, ENV_MODEL, ENV_SERVED_MODEL_NAME, ConfigError, EngineConfig, MultiModelConfig, ServerConfig, hub_token
+from ..config_aliases import adopt_aliases
+from ..errors import ModelLoadError
 from ..engine import engine_socket
 from ..logging_setup import configure_logging
+from ..models import fetch
 from ..metrics import ENV_PROMETHEUS_MULTIPROC_DIR
 from ..process import privileges
 from ..process.supervisor import start_child, stop_child
@@ -225,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", nargs="?", choices=["serve"], help="optional, ignored")
     parser.parse_args(argv)  # exits 2 on a bad argument
     try:
+        notes = adopt_aliases(os.environ)  # TGI's, LMI's and vLLM's names, under ours for every child
         config = ServerConfig.from_env()
         engine = EngineConfig.from_env()  # checked here too, so a bad setting is exit code 2 whichever child reads it
         model_root = MultiModelConfig.from_env().model_root if config.multi_model else None
@@ -232,7 +236,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"serve: {exc}", file=sys.stderr)
         return EXIT_BAD_CONFIG
     configure_logging(config.log_level)
+    for note in notes:
+        log.info("%s", note)
     privileges.give_up_root(served_paths(engine, model_root))  # before anything is made or started
+    if not config.multi_model and fetch.needs_fetch(engine.model):
+        try:
+            os.environ[ENV_MODEL] = fetch.fetch_model(engine.model, engine.download_dir, engine.model_revision,
+                                                      hub_token())
+        except ModelLoadError as exc:
+            log.error("%s", exc.message)
+            return EXIT_CHILD_FAILED
+        if not config.served_model_name:
+            os.environ[ENV_SERVED_MODEL_NAME] = fetch.served_name_of(engine.model)
     supervisor = Supervisor(config)
     signal.signal(signal.SIGTERM, supervisor.request_stop)
     signal.signal(signal.SIGINT, supervisor.request_stop)

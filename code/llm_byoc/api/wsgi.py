@@ -26,5 +26,6 @@ def create_wsgi_app() -> Flask:
         raise ConfigError(f"{ENV_ENGINE_SOCKET} is not set (serve sets it)")
     limits = EngineConfig.from_env()  # only its limits: the engine process holds the model
     # returns at once: it connects in the background, /ping says LOADING until then
-    engine = LLMEngine.connect(config.engine_socket, timeout_s=None, health_timeout_s=PROBE_TIMEOUT_S)
+    engine = LLMEngine.connect(config.engine_socket, timeout_s=None, health_timeout_s=PROBE_TIMEOUT_S,
+                               max_input_tokens=limits.max_input_tokens)
     return create_app(engine, config, capacity=limits.max_num_seqs + limits.max_waiting)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ..config import (
+    ConfigError,
     ENV_DTYPE,
     ENV_ENGINE,
     ENV_MAX_BATCHED_TOKENS,
@@ -30,6 +31,7 @@ from ..config import (
     ENV_SERVER_TIMEOUT,
     ENV_TENSOR_PARALLEL_SIZE,
 )
+from ..config_aliases import ALIASES, resolve_aliases
 from . import autoscale, ecr, endpoints, role, sizing
 from .model_upload import check_model_path, upload_model
 from .errors import DeployError, EndpointFailed
@@ -117,8 +119,13 @@ def cmd_size(args, gateway: AwsGateway, out: TextIO) -> int:
 def size_for_create(args, instance_type: str, env: dict[str, str]) -> dict[str, str]:
     """Before anything is created: a local --model-path on a GPU instance is sized (sizing.py); one that
     does not fit stops here and names the smallest instance it fits. The tensor parallel degree of the
-    instance (its GPUs, a divisor of the heads) goes into the environment unless set. Returns the env."""
-    if not args.model_path or instance_type not in sizing.GPU_INSTANCES or env.get(ENV_ENGINE) == "native":
+    instance (its GPUs, a divisor of the heads) goes into the environment unless set (by ours or by TGI's,
+    LMI's or vLLM's name: config_aliases.py). Returns the env."""
+    try:
+        ours = resolve_aliases(env).env  # a conflicting pair stops here, before anything is created
+    except ConfigError as exc:
+        raise DeployError(f"container setting: {exc}") from None
+    if not args.model_path or instance_type not in sizing.GPU_INSTANCES or ours.get(ENV_ENGINE) == "native":
         return env
     folder = Path(args.model_path).expanduser()
     if not folder.is_dir():
@@ -126,10 +133,10 @@ def size_for_create(args, instance_type: str, env: dict[str, str]) -> dict[str, 
     if not any(folder.glob("*.safetensors")):
         print(f"{folder.name}: not sized (no .safetensors weights to read the size from)", file=sys.stderr)
         return env
-    dtype = env.get(ENV_DTYPE, "auto")
-    max_len = int(env[ENV_MAX_MODEL_LEN]) if env.get(ENV_MAX_MODEL_LEN) else None
+    dtype = ours.get(ENV_DTYPE, "auto")
+    max_len = int(ours[ENV_MAX_MODEL_LEN]) if ours.get(ENV_MAX_MODEL_LEN) else None
     model = sizing.read_model(folder, dtype, max_len)
-    tp = int(env[ENV_TENSOR_PARALLEL_SIZE]) if env.get(ENV_TENSOR_PARALLEL_SIZE) else None
+    tp = int(ours[ENV_TENSOR_PARALLEL_SIZE]) if ours.get(ENV_TENSOR_PARALLEL_SIZE) else None
     result = sizing.fit(instance_type, model, tp)
     print(f"{folder.name}: {sizing.describe(model, dtype)}", file=sys.stderr)
     print(result.line(), file=sys.stderr)
@@ -138,14 +145,16 @@ def size_for_create(args, instance_type: str, env: dict[str, str]) -> dict[str, 
         hint = f"the smallest that fits: {best.line()}" if best else "no single instance type here holds it"
         raise DeployError(f"{folder.name} does not fit {instance_type} ({result.need_gib:.1f} GiB per GPU needed, "
                           f"{result.usable_gib:.1f} usable); {hint}; --no-size-check creates it anyway")
-    if result.gpus > 1 and ENV_TENSOR_PARALLEL_SIZE not in env:
+    if result.gpus > 1 and ENV_TENSOR_PARALLEL_SIZE not in ours:
         env = {**env, ENV_TENSOR_PARALLEL_SIZE: str(result.tensor_parallel)}
     return env
 
 
 def cmd_create(args, gateway: AwsGateway, out: TextIO) -> int:
-    if not (args.multi_model or args.model_data or args.model_path or ENV_MODEL in environment(args)):
-        raise DeployError(f"pass --model-data s3://.../model.tar.gz or --model-path DIR (or --env {ENV_MODEL}=...)")
+    named = ENV_MODEL in environment(args) or any(environment(args).get(a.name) for a in ALIASES if a.ours == ENV_MODEL)
+    if not (args.multi_model or args.model_data or args.model_path or named):
+        raise DeployError(f"pass --model-data s3://.../model.tar.gz or --model-path DIR (or --env {ENV_MODEL}=..., "
+                          "HF_MODEL_ID=... or OPTION_MODEL_ID=...)")
     if args.multi_model and args.model_path:
         raise DeployError("a multi-model endpoint serves an S3 prefix: pass --model-data s3://.../, then use add-model")
     pending_data = "s3://pending/model.tar.gz" if args.model_path else args.model_data

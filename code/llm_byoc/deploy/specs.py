@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from ..config import ENV_MULTI_MODEL, ConfigError, EngineConfig, MultiModelConfig, ServerConfig
+from ..config_aliases import resolve_aliases
 from .errors import DeployError
 
 DEFAULT_GPU_INSTANCE = "ml.g5.xlarge"  # 1x A10G (24 GB): 7-8B models in 16-bit fit
@@ -110,9 +111,10 @@ def supports_volume_size(instance_type: str) -> bool:
 
 
 def validate_environment(env: Mapping[str, str], multi_model: bool) -> None:
-    """Parse the settings the way the container will, so bad ones fail here."""
+    """Parse the settings the way the container will (TGI's, LMI's and vLLM's names too), so bad ones fail here."""
     full = {**env, ENV_MULTI_MODEL: "true"} if multi_model else dict(env)
     try:
+        full = resolve_aliases(full).env
         ServerConfig.from_env(full)
         (MultiModelConfig if multi_model else EngineConfig).from_env(full)
     except ConfigError as exc:

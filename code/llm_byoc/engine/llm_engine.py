@@ -51,8 +51,10 @@ METRICS_TIMEOUT_S = 5.0  # a /metrics scrape waits this long for the engine's ow
 class LLMEngine:
     """Our engine behind the seam (``seam.ServingEngine``)."""
 
-    def __init__(self, make_core, tokenizer: Any = None, trust_remote_code: bool = False):
-        """Use ``start`` or ``connect``. ``make_core(on_outputs, on_lost)`` builds the CoreClient."""
+    def __init__(self, make_core, tokenizer: Any = None, trust_remote_code: bool = False, max_input_tokens: int = 0):
+        """Use ``start`` or ``connect``. ``make_core(on_outputs, on_lost)`` builds the CoreClient;
+        ``max_input_tokens``: a longer prompt is refused (LLM_BYOC_MAX_INPUT_TOKENS; 0: the context decides)."""
+        self.max_input_tokens = max_input_tokens
         self._routes: dict[str, RequestHandle] = {}
         self._routes_lock = threading.Lock()
         self._tokenizer = tokenizer
@@ -68,19 +70,20 @@ class LLMEngine:
     def start(cls, config: EngineConfig, worker_target=None, tokenizer: Any = None) -> LLMEngine:
         """An in-process engine core; returns at once while the model loads."""
         engine = cls(lambda on_outputs, _on_lost: InProcessCore(config, on_outputs, worker_target),
-                     tokenizer, config.trust_remote_code)
+                     tokenizer, config.trust_remote_code, config.max_input_tokens)
         engine._core.start()
         return engine
 
     @classmethod
     def connect(cls, socket_path: str, timeout_s: float | None = 30.0, tokenizer: Any = None,
-                trust_remote_code: bool = False, health_timeout_s: float | None = None) -> LLMEngine:
+                trust_remote_code: bool = False, health_timeout_s: float | None = None,
+                max_input_tokens: int = 0) -> LLMEngine:
         """The front end of an engine server; returns at once. ``timeout_s``: how long to keep
         trying to reach its socket (None: for ever); ``health_timeout_s``: how long a health
         check may wait for the engine (None: the client's default)."""
         options = {} if health_timeout_s is None else {"health_timeout_s": health_timeout_s}
         engine = cls(lambda on_outputs, on_lost: RemoteCore(socket_path, on_outputs, on_lost, timeout_s, **options),
-                     tokenizer, trust_remote_code)
+                     tokenizer, trust_remote_code, max_input_tokens)
         if tokenizer is None:  # load it the moment the model is: /ping is READY no later than the engine
             engine._warming = True
             threading.Thread(target=engine._warm, args=(True,), name="tokenizer-warm", daemon=True).start()
@@ -162,6 +165,10 @@ class LLMEngine:
         info = self._ready_info()
         tokenizer = self._load_tokenizer()
         prompt_ids = [self._prompt_ids(p, tokenizer, info.max_model_len) for p in _as_prompt_list(prompts)]
+        longest = max(len(ids) for ids in prompt_ids)
+        if self.max_input_tokens and longest > self.max_input_tokens:
+            raise InvalidRequest(f"a prompt has {longest} tokens; this server takes at most {self.max_input_tokens} "
+                                 "(LLM_BYOC_MAX_INPUT_TOKENS)")
         per_prompt = per_prompt_params(params, len(prompt_ids))
         request_id = request_id or uuid.uuid4().hex
         streams = [

@@ -155,6 +155,8 @@ def _vllm_lora_rank(rank: int) -> int:
 
 def sampling_params(params: SamplingParams, max_tokens: int):
     """Our SamplingParams as vLLM's (one sequence, token ids only, new tokens per output)."""
+    if params.typical_p < 1:
+        raise ValueError("typical_p is not one of vLLM's sampling parameters; it needs LLM_BYOC_ENGINE=native")
     from vllm import SamplingParams as VllmSamplingParams
     from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 

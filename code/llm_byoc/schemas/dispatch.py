@@ -6,8 +6,9 @@
                                 {"prompt": ...}    OpenAI (legacy) completions  -> openai.py
   POST /v1/chat/completions   OpenAI chat completions only
   POST /v1/completions        OpenAI completions only
-``tokenizer_of()`` gives the engine's tokenizer (only chat needs it: the
-model's chat template), asked for only once the body is known to be chat;
+  POST /, /generate, /generate_stream   TGI only (api/tgi_routes.py)
+``tokenizer_of()`` gives the engine's tokenizer (chat needs it for the model's
+chat template, TGI's ``truncate`` to count tokens), asked for only then;
 ``chat``: the server's reasoning and tool-call parser settings.
 """
 
@@ -33,7 +34,7 @@ def parse_invocation(body: Any, tokenizer_of: Callable[[], Any], chat: ChatOptio
             '"messages" (OpenAI chat) or "prompt" (OpenAI completions)'
         )
     if styles[0] == "inputs":
-        return tgi.parse(body)
+        return tgi.parse(body, tokenizer_of)
     if styles[0] == "messages":
         return openai.parse_chat(body, tokenizer_of(), chat)
     return openai.parse_completion(body)
@@ -46,6 +47,15 @@ def parse_chat_completion(body: Any, tokenizer_of: Callable[[], Any], chat: Chat
 
 def parse_text_completion(body: Any, tokenizer_of: Callable[[], Any]) -> Invocation:
     return openai.parse_completion(_require_key(body, "prompt"))
+
+
+def tgi_parser(route: str) -> Parser:
+    """TGI's routes: ``route`` is "" (``POST /``), "generate" or "generate_stream"."""
+
+    def parse(body: Any, tokenizer_of: Callable[[], Any]) -> Invocation:
+        return tgi.parse(_require_key(body, "inputs"), tokenizer_of, route=route)
+
+    return parse
 
 
 def _require_key(body: Any, key: str) -> dict:

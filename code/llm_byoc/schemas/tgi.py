@@ -14,17 +14,26 @@ Sampling: greedy unless ``do_sample`` is true or a sampling parameter
 (temperature > 0, top_p < 1, top_k > 0) is given; ``do_sample: false``
 forces greedy. Sampling without a temperature uses 1.0. ``grammar``
 ({"type": "json" | "regex", "value": ...}) constrains the output (``structured.py``).
+
+TGI's other fields: ``truncate`` keeps the prompt's last N tokens; ``typical_p`` is typical
+sampling (as transformers' TypicalLogitsWarper); ``top_n_tokens`` adds the N likeliest tokens of
+each step (``details.top_tokens``, and ``top_tokens`` on each stream event); ``frequency_penalty``
+as OpenAI's. ``watermark``, ``decoder_input_details`` (prompt log-probabilities) and ``best_of``
+above 1 we cannot honour: false (or 1) is accepted, anything else refused naming the field.
+
+TGI's own routes (``api/tgi_routes.py``) use the same parser: ``/generate`` answers one object
+(not a list) and ``/generate_stream`` numbers its events by token, as TGI does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.outputs import GenerationResult, TokenEvent
 from ..errors import InvalidRequest
-from ..protocol import FinishReason, SamplingParams
+from ..protocol import MAX_TOP_LOGPROBS, FinishReason, SamplingParams, TopLogprobs
 from .structured import tgi_grammar
 from .invocation import (
     ResponseContext,
@@ -54,21 +63,33 @@ PARAMETER_FIELDS = (
     "ignore_eos",
     "adapter_id",
     "grammar",
+    "truncate",
+    "typical_p",
+    "top_n_tokens",
+    "frequency_penalty",
+    "decoder_input_details",
+    "watermark",
+    "best_of",
 )
 
 
 @dataclass(frozen=True)
 class TGIInvocation:
-    prompts: list[str]
+    prompts: list[str] | list[list[int]]  # what the engine gets: token ids once truncated
     params: SamplingParams
     stream: bool
     details: bool = False
     return_full_text: bool = False
     adapter: str | None = None  # parameters.adapter_id
     model: str | None = None  # (OpenAI's field; TGI bodies have none)
+    inputs: list[str] = field(default_factory=list)  # the texts as sent (return_full_text)
+    top_n_tokens: int = 0
+    single: bool = False  # /generate: one object, not a list
+    index_by_token: bool = False  # /generate_stream: an event's index is its token's number (from 1)
 
-    def response(self, results: list[GenerationResult], ctx: ResponseContext) -> list[dict]:
-        return [self._one(result, ctx) for result in results]
+    def response(self, results: list[GenerationResult], ctx: ResponseContext) -> list[dict] | dict:
+        answers = [self._one(result, ctx) for result in results]
+        return answers[0] if self.single else answers
 
     def _one(self, result: GenerationResult, ctx: ResponseContext) -> dict:
         out: dict[str, Any] = {"generated_text": self.full_text(result.index, result.text)}
@@ -80,12 +101,15 @@ class TGIInvocation:
                 "input_length": result.prompt_tokens,
                 "cached_tokens": result.cached_tokens,
                 "seed": self.params.seed,
+                "prefill": [],
                 "tokens": _token_details(result, ctx),
             }
+            if self.top_n_tokens:
+                out["details"]["top_tokens"] = [top_tokens_json(top, ctx) for top in result.top_logprobs or []]
         return out
 
     def full_text(self, index: int, text: str) -> str:
-        return self.prompts[index] + text if self.return_full_text else text
+        return self.inputs[index] + text if self.return_full_text else text
 
     def stream_writer(self, ctx: ResponseContext) -> TGIStreamWriter:
         return TGIStreamWriter(self, ctx)
@@ -96,6 +120,7 @@ class TGIStreamWriter:
         self._inv = invocation
         self._ctx = ctx
         self._texts: dict[int, list[str]] = {}
+        self._count = 0
 
     def start(self) -> Iterator[Any]:
         return iter(())
@@ -103,12 +128,15 @@ class TGIStreamWriter:
     def on_event(self, event: TokenEvent) -> Iterator[Any]:
         pieces = self._texts.setdefault(event.index, [])
         pieces.append(event.text)
+        self._count += 1
         payload: dict[str, Any] = {
-            "index": event.index,
+            "index": self._count if self._inv.index_by_token else event.index,
             "token": token_json(event.token_id, event.text, event.logprob, self._ctx),
             "generated_text": None,
             "details": None,
         }
+        if self._inv.top_n_tokens:
+            payload["top_tokens"] = top_tokens_json(event.top_logprobs, self._ctx)
         if event.finish_reason is not None:
             payload["generated_text"] = self._inv.full_text(event.index, "".join(pieces))
             payload["details"] = {
@@ -129,6 +157,14 @@ def token_json(token_id: int | None, text: str, logprob: float | None, ctx: Resp
     return {"id": token_id, "text": text, "logprob": logprob, "special": special}
 
 
+def top_tokens_json(top: TopLogprobs | None, ctx: ResponseContext) -> list[dict]:
+    """TGI's ``top_tokens`` of one step: the likeliest tokens, most likely first."""
+    if top is None:
+        return []
+    decode = ctx.tokenizer.decode if ctx.tokenizer is not None else (lambda _ids: "")
+    return [token_json(t, decode([t]), lp, ctx) for t, lp in zip(top.token_ids, top.logprobs)]
+
+
 def finish_reason(reason: FinishReason, last_token: int | None, ctx: ResponseContext) -> str:
     """TGI's names: eos_token, stop_sequence, length (plus ours: abort, error)."""
     if reason is FinishReason.STOP:
@@ -145,15 +181,39 @@ def _token_details(result: GenerationResult, ctx: ResponseContext) -> list[dict]
     return tokens
 
 
-def parse(body: dict) -> TGIInvocation:
+def parse(body: dict, tokenizer_of: Callable[[], Any] | None = None, *, route: str = "") -> TGIInvocation:
+    """``route``: "" for /invocations and TGI's ``POST /`` (stream as the body says, a list back),
+    "generate" (one input, one object back), "generate_stream" (one input, streamed)."""
     reject_unknown(body, BODY_FIELDS, "the request body")
-    prompts, _ = str_or_str_list(body["inputs"], "inputs")
+    if route and not isinstance(body["inputs"], str):
+        raise InvalidRequest("inputs must be a string")
+    texts, _ = str_or_str_list(body["inputs"], "inputs")
     raw = body.get("parameters")
     parameters = {} if raw is None else require_object(raw, "parameters")
     reject_unknown(parameters, PARAMETER_FIELDS, "parameters")
-    stream = bool(opt_bool(body, "stream"))
+    _refuse_unhonoured(parameters)
+    stream = route == "generate_stream" or (route == "" and bool(opt_bool(body, "stream")))
     details = bool(opt_bool(parameters, "details"))
-    params = SamplingParams(
+    top_n = _top_n_tokens(parameters)
+    adapter = parameters.get("adapter_id")
+    if adapter is not None and (not isinstance(adapter, str) or not adapter):
+        raise InvalidRequest("adapter_id must be a non-empty string")
+    return TGIInvocation(
+        prompts=_truncated(texts, opt_int(parameters, "truncate", minimum=1), tokenizer_of),
+        params=_sampling(parameters, logprobs=details or stream or bool(top_n), top_n=top_n),
+        stream=stream,
+        details=details,
+        return_full_text=bool(opt_bool(parameters, "return_full_text")),
+        adapter=adapter,
+        inputs=texts,
+        top_n_tokens=top_n,
+        single=route == "generate",
+        index_by_token=route == "generate_stream",
+    )
+
+
+def _sampling(parameters: dict, logprobs: bool, top_n: int) -> SamplingParams:
+    return SamplingParams(
         max_new_tokens=_or(opt_int(parameters, "max_new_tokens", minimum=1), SamplingParams.max_new_tokens),
         temperature=_temperature(parameters),
         top_p=_or(opt_number(parameters, "top_p"), 1.0),
@@ -162,20 +222,51 @@ def parse(body: dict) -> TGIInvocation:
         stop=opt_stop(parameters),
         seed=opt_int(parameters, "seed", minimum=0),
         ignore_eos=bool(opt_bool(parameters, "ignore_eos")),
-        logprobs=details or stream,
+        logprobs=logprobs,
+        top_logprobs=top_n,
         grammar=tgi_grammar(parameters.get("grammar")),
+        frequency_penalty=_or(opt_number(parameters, "frequency_penalty"), 0.0),
+        typical_p=_typical_p(parameters),
     )
-    adapter = parameters.get("adapter_id")
-    if adapter is not None and (not isinstance(adapter, str) or not adapter):
-        raise InvalidRequest("adapter_id must be a non-empty string")
-    return TGIInvocation(
-        prompts=prompts,
-        params=params,
-        stream=stream,
-        details=details,
-        return_full_text=bool(opt_bool(parameters, "return_full_text")),
-        adapter=adapter,
-    )
+
+
+def _truncated(texts: list[str], truncate: int | None, tokenizer_of: Callable[[], Any] | None):
+    """``truncate``: each prompt's last N tokens (as ids: the engine takes them as they are)."""
+    if truncate is None:
+        return texts
+    tokenizer = tokenizer_of() if tokenizer_of is not None else None
+    if tokenizer is None:
+        raise InvalidRequest("truncate needs the model's tokenizer, which this server has not loaded")
+    return [list(tokenizer.encode(text))[-truncate:] for text in texts]
+
+
+def _top_n_tokens(parameters: dict) -> int:
+    top_n = _or(opt_int(parameters, "top_n_tokens", minimum=0), 0)
+    if top_n > MAX_TOP_LOGPROBS:
+        raise InvalidRequest(f"top_n_tokens must be from 0 to {MAX_TOP_LOGPROBS}, got {top_n}")
+    return top_n
+
+
+def _refuse_unhonoured(parameters: dict) -> None:
+    """The fields we cannot honour: accepted at their "off" value (clients send it), refused otherwise."""
+    if opt_bool(parameters, "watermark"):
+        raise InvalidRequest("watermark is not supported by this server; send false or leave it out")
+    if opt_bool(parameters, "decoder_input_details"):
+        raise InvalidRequest("decoder_input_details (the prompt's log-probabilities) is not supported by this "
+                             "server; send false or leave it out")
+    best_of = opt_int(parameters, "best_of", minimum=1)
+    if best_of is not None and best_of > 1:
+        raise InvalidRequest(f"best_of={best_of} is not supported by this server (one sequence per input); "
+                             "send 1 or leave it out")
+
+
+def _typical_p(parameters: dict) -> float:
+    value = opt_number(parameters, "typical_p")
+    if value is None:
+        return 1.0
+    if not 0 < value < 1:
+        raise InvalidRequest(f"typical_p must be > 0 and < 1, got {value:g}")
+    return value
 
 
 def _temperature(parameters: dict) -> float:
@@ -186,7 +277,8 @@ def _temperature(parameters: dict) -> float:
     if do_sample is False:
         return 0.0
     top_p, top_k = opt_number(parameters, "top_p"), opt_int(parameters, "top_k")
-    wants_sampling = do_sample or (top_p is not None and top_p < 1) or bool(top_k)
+    typical_p = opt_number(parameters, "typical_p")
+    wants_sampling = do_sample or (top_p is not None and top_p < 1) or bool(top_k) or typical_p is not None
     if temperature is None:
         return 1.0 if wants_sampling else 0.0
     if do_sample and temperature == 0:

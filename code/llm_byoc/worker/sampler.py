@@ -4,7 +4,8 @@ Order (as in Hugging Face generate, then OpenAI's penalties): ``logit_bias``
 (added to the raw logits, as OpenAI and vLLM do) -> repetition penalty (prompt
 and output tokens) -> presence / frequency penalties (output tokens) -> EOS and
 ``stop_token_ids`` masked while fewer than ``min_tokens`` are generated ->
-temperature -> min-p -> top-k -> top-p -> draw with the sequence's own generator.
+temperature -> min-p -> top-k -> top-p -> typical-p (TGI's; transformers'
+TypicalLogitsWarper) -> draw with the sequence's own generator.
 Greedy (temperature 0) is argmax after the bias, the penalties and the EOS mask.
 
 Log-probabilities are those of the distribution the token was drawn from:
@@ -125,6 +126,21 @@ def filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.
     return logits
 
 
+def filter_typical(logits: torch.Tensor, mass: float) -> torch.Tensor:
+    """logits: [V]. Typical sampling (Meister et al.), exactly as transformers' TypicalLogitsWarper: keep the
+    tokens whose surprise is closest to the distribution's entropy until they hold ``mass`` (at least one)."""
+    normalized = torch.log_softmax(logits, -1)
+    entropy = -(normalized * normalized.exp()).nansum()
+    shifted = (-normalized - entropy).abs()
+    sorted_scores, order = torch.sort(shifted, descending=False)
+    cumulative = logits[order].softmax(-1).cumsum(-1)
+    last = min(int((cumulative < mass).sum()), sorted_scores.shape[-1] - 1)
+    drop_sorted = sorted_scores > sorted_scores[last]
+    drop_sorted[0] = False
+    drop = torch.zeros_like(drop_sorted).scatter(0, order, drop_sorted)
+    return logits.masked_fill(drop, float("-inf"))
+
+
 def processed_logits(logits: torch.Tensor, state: SequenceSampling) -> torch.Tensor:
     """logits: [V] -> the logits of the distribution this row's token is drawn from."""
     params = state.params
@@ -141,6 +157,8 @@ def processed_logits(logits: torch.Tensor, state: SequenceSampling) -> torch.Ten
         if params.min_p > 0.0:
             logits = filter_min_p(logits, params.min_p)
         logits = filter_top_k_top_p(logits, params.top_k, params.top_p)
+        if params.typical_p < 1.0:
+            logits = filter_typical(logits, params.typical_p)
     return logits
 
 

@@ -106,6 +106,16 @@ SINGLE_MODEL_CALLS = [
     ("POST", "/invocations", {"messages": [{"role": "user", "content": "hi"}], "tools": [TOOL],
                               "tool_choice": {"type": "function", "function": {"name": "g"}}}),
     ("POST", "/invocations", {"inputs": "x", "parameters": {"grammar": {"type": "json", "value": {"if": {}}}}}),
+    ("POST", "/", {"inputs": "abc", "parameters": {"max_new_tokens": 2, "details": True}}),
+    ("POST", "/", {"inputs": "abc", "stream": True}),
+    ("POST", "/generate", {"inputs": "abc", "parameters": {"details": True, "top_n_tokens": 2, "truncate": 2,
+                                                           "watermark": False, "decoder_input_details": False}}),
+    ("POST", "/generate", {"inputs": "abc", "parameters": {"watermark": True}}),
+    ("POST", "/generate", {"inputs": ["abc"]}),
+    ("POST", "/generate_stream", {"inputs": "abc", "parameters": {"top_n_tokens": 1}}),
+    ("GET", "/info", None),
+    ("POST", "/tokenize", {"inputs": "abc"}),
+    ("POST", "/tokenize", {"inputs": 3}),
     ("POST", "/invocations", {"prompt": [[104, 105], [106]], "max_tokens": 2, "echo": True, "best_of": 2,
                               "top_k": 5, "min_p": 0.1, "logit_bias": {"104": 3}, "stop_token_ids": [7],
                               "repetition_penalty": 1.1}),
@@ -159,7 +169,7 @@ def test_the_checker_catches_answers_off_the_document():
 
 
 def test_the_new_openai_fields_are_served_and_documented(client):
-    """The calls above with the fields OpenAI and vLLM clients send are answered (not refused), so the
+    """The last calls above, with the fields OpenAI and vLLM clients send, are answered (not refused), so the
     document's check of their bodies runs."""
     for method, path, body in SINGLE_MODEL_CALLS[-2:]:
         assert client.open(path, method=method, json=body).status_code == 200, body

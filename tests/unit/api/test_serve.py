@@ -93,3 +93,50 @@ def test_serve_decides_who_it_runs_as_before_it_makes_or_starts_anything(monkeyp
     monkeypatch.delenv("SAGEMAKER_MULTI_MODEL", raising=False)
     assert main([]) == 0
     assert events == [("decide", [str(tmp_path)]), "supervisor"]
+
+
+def test_serve_reads_other_images_settings_and_fetches_the_model_first(monkeypatch, tmp_path, restore_root_logger):
+    events = []
+
+    class RecordingSupervisor:
+        def __init__(self, config):
+            events.append(("supervisor", os.environ.get("LLM_BYOC_MODEL"), "OPTION_MODEL_ID" in os.environ,
+                           os.environ.get("LLM_BYOC_SERVED_MODEL_NAME")))
+
+        def request_stop(self, *_):
+            pass
+
+        def run(self):
+            return 0
+
+    def fetch_model(source, download_dir, revision, token):
+        events.append(("fetch", source, download_dir, revision, token))
+        return str(tmp_path)
+
+    environ = {"OPTION_MODEL_ID": "s3://bucket/llama/", "HF_MODEL_REVISION": "v2", "HF_TOKEN": "hf_secret",
+               "LLM_BYOC_DOWNLOAD_DIR": str(tmp_path / "dl"), "LLM_BYOC_ADAPTERS_DIR": str(tmp_path / "none")}
+    monkeypatch.setattr(os, "environ", environ)
+    monkeypatch.setattr(serve.privileges, "give_up_root", lambda paths: events.append("decide"))
+    monkeypatch.setattr(serve.fetch, "fetch_model", fetch_model)
+    monkeypatch.setattr(serve, "Supervisor", RecordingSupervisor)
+    monkeypatch.setattr(serve.signal, "signal", lambda *_: None)
+    assert main([]) == 0
+    assert events == ["decide", ("fetch", "s3://bucket/llama/", str(tmp_path / "dl"), "v2", "hf_secret"),
+                      ("supervisor", str(tmp_path), False, "llama")]  # named as the source, not the folder
+
+
+def test_a_model_that_cannot_be_fetched_is_exit_1_and_a_conflict_exit_2(monkeypatch, tmp_path, capsys,
+                                                                         restore_root_logger):
+    from llm_byoc.errors import ModelLoadError
+
+    def refuse(*args):
+        raise ModelLoadError("cannot list s3://bucket/x/: NoSuchBucket")
+
+    monkeypatch.setattr(os, "environ", {"HF_MODEL_ID": "s3://bucket/x/"})
+    monkeypatch.setattr(serve.privileges, "give_up_root", lambda paths: None)
+    monkeypatch.setattr(serve.fetch, "fetch_model", refuse)
+    monkeypatch.setattr(serve, "Supervisor", lambda config: pytest.fail("nothing may start"))
+    assert main([]) == serve.EXIT_CHILD_FAILED
+    monkeypatch.setattr(os, "environ", {"HF_MODEL_ID": "org/a", "LLM_BYOC_MODEL": "/opt/ml/model"})
+    assert main([]) == EXIT_BAD_CONFIG
+    assert "HF_MODEL_ID='org/a' and LLM_BYOC_MODEL='/opt/ml/model'" in capsys.readouterr().err

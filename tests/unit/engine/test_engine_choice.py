@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from llm_byoc.config_aliases import resolve_aliases
 from llm_byoc.config import ConfigError, EngineConfig
 from llm_byoc.engine import engine_choice, vllm_mapping
 from llm_byoc.engine.core import EngineCore
@@ -47,8 +48,11 @@ def test_the_setting_is_read_and_checked():
     assert EngineConfig.from_env({"LLM_BYOC_ENGINE": " VLLM "}).engine == "vllm"
     with pytest.raises(ConfigError, match="LLM_BYOC_ENGINE must be one of auto, native, vllm"):
         EngineConfig.from_env({"LLM_BYOC_ENGINE": "tgi"})
-    assert EngineConfig.from_env({"SM_NUM_GPUS": "4"}).tensor_parallel_size == 4
-    assert EngineConfig.from_env({"SM_NUM_GPUS": "4", "LLM_BYOC_TENSOR_PARALLEL_SIZE": "2"}).tensor_parallel_size == 2
+    assert EngineConfig.from_env(resolve_aliases({"SM_NUM_GPUS": "4"}).env).tensor_parallel_size == 4
+    both = {"SM_NUM_GPUS": "2", "LLM_BYOC_TENSOR_PARALLEL_SIZE": "2"}
+    assert EngineConfig.from_env(resolve_aliases(both).env).tensor_parallel_size == 2
+    with pytest.raises(ConfigError, match="SM_NUM_GPUS='4' and LLM_BYOC_TENSOR_PARALLEL_SIZE='2'"):  # issue 30
+        resolve_aliases({"SM_NUM_GPUS": "4", "LLM_BYOC_TENSOR_PARALLEL_SIZE": "2"})
     with pytest.raises(ConfigError, match="LLM_BYOC_SPECULATIVE_CONFIG is not valid JSON"):
         EngineConfig.from_env({"LLM_BYOC_SPECULATIVE_CONFIG": "{ngram"})
     with pytest.raises(ConfigError, match="LLM_BYOC_VLLM_ENGINE_ARGS must be a JSON object"):
@@ -174,3 +178,10 @@ def test_vllm_is_not_handed_a_folder_whose_code_it_would_have_to_run(tmp_path):
     vllm_mapping.check_folder_for_vllm(tmp_path, {**remote, "model_type": "llama"}, False, {"llama"})  # a known type
     with pytest.raises(ModelLoadError, match="no .safetensors weights"):
         vllm_mapping.check_folder_for_vllm(tmp_path / "empty", {"model_type": "llama"}, False, {"llama"})
+
+
+def test_typical_p_is_refused_for_vllm_which_has_none():
+    from llm_byoc.protocol import SamplingParams
+
+    with pytest.raises(ValueError, match="typical_p is not one of vLLM's sampling parameters"):
+        vllm_mapping.sampling_params(SamplingParams(temperature=1.0, typical_p=0.5), 8)

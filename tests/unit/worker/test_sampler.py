@@ -14,6 +14,7 @@ from llm_byoc.worker.sampler import (
     apply_presence_frequency,
     apply_repetition_penalty,
     filter_top_k_top_p,
+    filter_typical,
     sample,
 )
 
@@ -171,3 +172,22 @@ def test_greedy_top_logprobs_without_penalty_are_log_softmax():
     assert out[0].top.token_ids == torch.topk(expected, 5).indices.tolist()
     assert out[0].top.logprobs == pytest.approx(torch.topk(expected, 5).values.tolist(), abs=1e-6)
     assert out[1].logprob is None and out[1].top is None
+
+
+@pytest.mark.parametrize("mass", [0.2, 0.5, 0.9, 0.99])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_typical_p_keeps_what_transformers_keeps(mass, seed):
+    from transformers import TypicalLogitsWarper
+
+    logits = _logits(seed)
+    expected = TypicalLogitsWarper(mass)(None, logits[None].clone())[0]
+    assert torch.equal(torch.isinf(filter_typical(logits, mass)), torch.isinf(expected))
+    assert torch.equal(filter_typical(logits, mass), expected)
+
+
+def test_typical_p_restricts_what_is_drawn():
+    logits = _logits(3)
+    kept = set(torch.nonzero(~torch.isinf(filter_typical(logits, 0.3))).flatten().tolist())
+    assert 0 < len(kept) < VOCAB
+    drawn = {t.token_id for _ in range(64) for t in sample(logits[None], ["s"], {"s": _state(temperature=1.0, typical_p=0.3)})}
+    assert drawn <= kept
