@@ -165,6 +165,7 @@ class ModelInfo:
     lora_modules: dict[str, list[int]] = field(default_factory=dict)  # module -> [in, out]; {}: no LoRA
     engine: str = "native"  # the engine that runs the model: native | vllm (engine/engine_choice.py)
     engine_reason: str = ""  # why that one (LLM_BYOC_ENGINE, or what auto saw)
+    decoder: str = "native"  # our engine's decoder: native | generic (the generic transformers path)
 
     @property
     def kv_cache_bytes(self) -> int:
