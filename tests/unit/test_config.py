@@ -28,12 +28,14 @@ def test_environment_is_read_into_typed_fields():
         "LLM_BYOC_TRUST_REMOTE_CODE": "yes",
         "LLM_BYOC_LINEAR_BACKEND": "aten",
         "LLM_BYOC_STEP_TIMEOUT": "0",
+        "LLM_BYOC_DECODER": "Generic",
     }
     server, engine = ServerConfig.from_env(env), EngineConfig.from_env(env)
     assert server.port == 9000 and server.max_payload_bytes == 2 * 1024 * 1024 and server.multi_model
     assert engine.model == "/models/x.gguf" and engine.max_num_seqs == 4 and engine.trust_remote_code
     assert engine.linear_backend == "aten" and EngineConfig.from_env({}).linear_backend == "auto"
     assert engine.step_timeout_s == 0 and EngineConfig.from_env({}).step_timeout_s == 300
+    assert engine.decoder == "generic" and EngineConfig.from_env({}).decoder == "auto"
 
 
 @pytest.mark.parametrize(
@@ -65,6 +67,7 @@ def test_bad_server_settings_name_the_variable(env, name):
         ({"LLM_BYOC_MAX_BATCHED_TOKENS": "8"}, "LLM_BYOC_MAX_BATCHED_TOKENS"),
         ({"LLM_BYOC_LINEAR_BACKEND": "mkl"}, "LLM_BYOC_LINEAR_BACKEND"),
         ({"LLM_BYOC_STEP_TIMEOUT": "-1"}, "LLM_BYOC_STEP_TIMEOUT"),
+        ({"LLM_BYOC_DECODER": "fused"}, "LLM_BYOC_DECODER"),
     ],
 )
 def test_bad_engine_settings_name_the_variable(env, name):
