@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, Gemma2Config, GPTNeoXConfig, MistralConfig
+from transformers import AutoModelForCausalLM, CohereConfig, Gemma2Config, GPTNeoXConfig, GraniteConfig, MistralConfig
 
 from fixtures.step_driver import Request, drive
 from llm_byoc.adapters.peft_folder import BaseShapes, check_adapter
@@ -112,6 +112,27 @@ def test_final_logit_soft_capping_and_the_models_attention_scale_match_generate(
     assert runner.decoder.softcap == 3.0
     requests = _mixed_requests()[:5]
     _assert_matches_generate(folder, requests, drive(runner, requests, num_slots=4, token_budget=24).outputs)
+
+
+@pytest.mark.parametrize("config", [
+    CohereConfig(**SMALL, logit_scale=0.5),  # logits multiplied by logit_scale; interleaved RoPE
+    GraniteConfig(**SMALL, logits_scaling=2.0, attention_multiplier=0.1, embedding_multiplier=3.0,
+                  residual_multiplier=0.5),  # logits divided by logits_scaling; attention scaled by its multiplier
+], ids=lambda config: config.model_type)
+def test_families_that_scale_their_logits_match_generate(config, tiny_llama_dir, tmp_path):
+    folder = _save_random(config, tiny_llama_dir, tmp_path / config.model_type)
+    runner = ModelRunner.from_config(EngineConfig(model=folder, max_num_seqs=4))
+    assert runner.info.decoder == "generic"
+    requests = _mixed_requests()[:5]
+    _assert_matches_generate(folder, requests, drive(runner, requests, num_slots=4, token_budget=24).outputs)
+
+
+def test_logits_it_does_not_reproduce_are_refused_at_load(tiny_llama_dir, tmp_path, monkeypatch):
+    """The load-time probe compares our logits with the model's own forward: a scaling we missed is refused."""
+    folder = _save_random(CohereConfig(**SMALL, logit_scale=0.5), tiny_llama_dir, tmp_path / "cohere")
+    monkeypatch.setattr(generic.GenericDecoder, "logits", lambda self, h: self.head(h).float())
+    with pytest.raises(ModelLoadError, match="cohere's logits are not its LM head's output"):
+        load_model(EngineConfig(model=folder))
 
 
 @pytest.mark.parametrize("config, message", [
