@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from ..config import DEFAULT_MAX_MODEL_LEN, EngineConfig
+from ..config import DEFAULT_MAX_MODEL_LEN, ENV_LINEAR_BACKEND, EngineConfig
 from ..errors import ModelLoadError
 from ..models.device import resolve_device
 from ..models.loader import (
@@ -160,6 +160,9 @@ def _load_generic(folder: Path, config: EngineConfig, started: float) -> LoadedM
     tokenizer = load_tokenizer(folder, config.trust_remote_code)
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)
+    if config.linear_backend not in ("auto", "aten"):
+        log.warning("%s=%s does not apply on the %s: its projections are the model's own modules (F.linear)",
+                    ENV_LINEAR_BACKEND, config.linear_backend, GENERIC_PATH)
     hf_model = load_causal_lm(folder, config.dtype, config.device, config.trust_remote_code)
     decoder = build_generic(hf_model, max_len)
     eos = eos_token_ids(getattr(hf_model.generation_config, "eos_token_id", None), hf_model.config.eos_token_id,

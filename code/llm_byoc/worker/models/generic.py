@@ -153,7 +153,7 @@ class GenericDecoder:
         self.logits_scaling = getattr(config, "logits_scaling", None)  # granite divides
 
     def lora_modules(self) -> dict[str, tuple[int, int]]:
-        """None: the generic path does not take LoRA adapters."""
+        """None offered: the generic path does not take LoRA adapters."""
         return {}
 
     def forward(self, inputs: StepInputs, cache: PagedKVCache, lora=None) -> torch.Tensor:
@@ -180,8 +180,9 @@ def build_generic(hf_model, max_model_len: int) -> GenericDecoder:
     """A GenericDecoder on a loaded transformers model: our attention set on it, then checked by a probe."""
     model_type = hf_model.config.model_type
     check_attention_backend(type(hf_model), model_type)
-    if hf_model.get_output_embeddings() is None:
-        raise ModelLoadError(f"{type(hf_model).__name__} has no output embeddings (LM head)")
+    if hf_model.get_output_embeddings() is None or hf_model.base_model is hf_model:
+        raise ModelLoadError(f"{type(hf_model).__name__} is not a base model under an LM head; the {PATH_NAME} "
+                             "needs both")
     _register()
     hf_model.set_attn_implementation(ATTENTION_NAME)
     if hf_model.config._attn_implementation != ATTENTION_NAME:
@@ -192,10 +193,9 @@ def build_generic(hf_model, max_model_len: int) -> GenericDecoder:
     positions = torch.arange(_PROBE_TOKENS, device=device)
     with torch.inference_mode(), _running(probe):
         decoder = GenericDecoder(hf_model, 0, 0, 0, 0)
-        hidden = decoder._hidden(ids, positions)
-        ours = decoder.logits(hidden)
+        ours = decoder.logits(decoder._hidden(ids, positions))
+        calls = list(probe.calls)
         full = hf_model(input_ids=ids[None], position_ids=positions[None], use_cache=False).logits[0].float()
-    calls = probe.calls[: len(probe.calls) // 2]  # the body's calls; the full forward repeats them
     _check_probe(model_type, calls, probe.refused)
     if not torch.allclose(ours, full, rtol=1e-3, atol=1e-3):
         raise ModelLoadError(f"{model_type}'s logits are not its LM head's output (with soft-capping or scaling "
