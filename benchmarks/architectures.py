@@ -84,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--reference", help="the model whose shape and tokenizer are used (default: SmolLM2-135M)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--worker-nice", type=int, default=10,
+                        help="LLM_BYOC_WORKER_NICE of each engine (0: a fair share of a machine others load too)")
     parser.add_argument("--num-requests", type=int, default=32)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=64)
@@ -107,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
                 before = set(process_tree(os.getpid()))
                 started = time.perf_counter()
                 engine = start_engine(str(folder), max_num_seqs=args.concurrency, num_threads=args.threads,
-                                      decoder=decoder or "auto")
+                                      decoder=decoder or "auto", worker_nice=args.worker_nice)
                 load_s = time.perf_counter() - started
                 engines[name] = engine
                 workers = sorted(set(process_tree(os.getpid())) - before)  # the engine's model worker
@@ -119,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                     if run.errors:
                         raise SystemExit(f"{model_type}: {len(run.errors)} requests failed, e.g. {run.errors[0]}")
                     figures[model_type]["tokens_per_s"].append(run.tokens_per_s)
+                    print(f"{model_type}: {run.tokens_per_s:.1f} tok/s", flush=True)
         finally:
             for engine in engines.values():
                 engine.shutdown()
