@@ -66,8 +66,13 @@ def test_every_layer_attends_through_our_paged_cache(tiny_gpt2_dir, monkeypatch)
     runner = ModelRunner.from_config(EngineConfig(model=str(tiny_gpt2_dir), max_num_seqs=2))
     layers = []
     real = generic.paged_attention
-    monkeypatch.setattr(generic, "paged_attention", lambda q, k, v, kc, vc, inputs: layers.append(
-        next(i for i in range(runner.decoder.num_layers) if runner.cache.k[i].data_ptr() == kc.data_ptr())) or real(q, k, v, kc, vc, inputs))
+
+    def counted(q, k, v, k_cache, v_cache, inputs):
+        layers.append(next(i for i in range(runner.decoder.num_layers)
+                           if runner.cache.k[i].data_ptr() == k_cache.data_ptr()))
+        return real(q, k, v, k_cache, v_cache, inputs)
+
+    monkeypatch.setattr(generic, "paged_attention", counted)
     requests = [Request("a", _prompts(3, [9])[0], SamplingParams(max_new_tokens=4))]
     result = drive(runner, requests, num_slots=2)
     assert layers == [0, 1] * 4  # each layer's own cache, one call per step (prefill and three decodes)

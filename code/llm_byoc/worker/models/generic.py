@@ -146,7 +146,8 @@ class GenericDecoder:
         self.model = hf_model
         self.body = hf_model.base_model  # embeddings, layers and final norm
         self.head = hf_model.get_output_embeddings()
-        self.num_layers, self.num_heads, self.num_kv_heads, self.head_dim = num_layers, num_heads, num_kv_heads, head_dim
+        self.num_layers, self.num_heads = num_layers, num_heads
+        self.num_kv_heads, self.head_dim = num_kv_heads, head_dim
         config = hf_model.config
         self.softcap = getattr(config, "final_logit_softcapping", None)  # gemma 2/3
         self.logit_scale = getattr(config, "logit_scale", None)  # cohere multiplies
