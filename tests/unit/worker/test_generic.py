@@ -169,3 +169,30 @@ def test_adapters_on_the_generic_path_are_a_clear_400(tiny_gpt_neox_dir, tmp_pat
     with pytest.raises(InvalidRequest, match="LoRA adapters are not supported on the generic transformers path, "
                                              "which runs this gpt_neox model"):
         check_adapter("ad", str(tmp_path), "ad#1", (str(tmp_path),), 64, base)
+
+
+def test_code_in_the_model_folder_runs_on_it_only_when_the_operator_allows_it(tiny_llama_dir, tmp_path):
+    """An architecture that exists only as the folder's code (config.json's auto_map): refused by default, and
+    with LLM_BYOC_TRUST_REMOTE_CODE=true loaded by transformers and run on the generic path."""
+    import json
+
+    folder = tmp_path / "acme"
+    shutil.copytree(tiny_llama_dir, folder)
+    (folder / "configuration_acme.py").write_text(
+        "from transformers import LlamaConfig\n\n\nclass AcmeConfig(LlamaConfig):\n    model_type = 'acme_lm'\n")
+    (folder / "modeling_acme.py").write_text(
+        "from transformers import LlamaForCausalLM\n\nfrom .configuration_acme import AcmeConfig\n\n\n"
+        "class AcmeForCausalLM(LlamaForCausalLM):\n    config_class = AcmeConfig\n")
+    config = json.loads((folder / "config.json").read_text())
+    config.update(model_type="acme_lm", architectures=["AcmeForCausalLM"],
+                  auto_map={"AutoConfig": "configuration_acme.AcmeConfig",
+                            "AutoModelForCausalLM": "modeling_acme.AcmeForCausalLM"})
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match="'acme_lm' is defined by code in the model folder"):
+        load_model(EngineConfig(model=str(folder)))
+    runner = ModelRunner.from_config(EngineConfig(model=str(folder), max_num_seqs=4, trust_remote_code=True))
+    assert (runner.info.model_type, runner.info.decoder) == ("acme_lm", "generic")
+    requests = _mixed_requests()[:3]
+    outputs = drive(runner, requests, num_slots=4, token_budget=24).outputs
+    for request in requests:  # the tiny Llama's weights under another name: its generate
+        assert outputs[request.seq_id] == hf_greedy(tiny_llama_dir, request.prompt, request.params.max_new_tokens)
