@@ -190,7 +190,8 @@ def build_generic(hf_model, max_model_len: int) -> GenericDecoder:
         raise ModelLoadError(f"{type(hf_model).__name__} does not take a custom attention function")
     probe = _Probe(max_model_len)
     device = next(hf_model.parameters()).device
-    ids = torch.arange(_PROBE_TOKENS, device=device) % hf_model.config.vocab_size
+    pad = getattr(hf_model.config, "pad_token_id", None)  # a pad id in the input makes some models warn
+    ids = torch.tensor([i for i in range(_PROBE_TOKENS + 1) if i != pad][:_PROBE_TOKENS], device=device)
     positions = torch.arange(_PROBE_TOKENS, device=device)
     with torch.inference_mode(), _running(probe):
         decoder = GenericDecoder(hf_model, 0, 0, 0, 0)
