@@ -1,6 +1,7 @@
 """The native decoders side by side: W1 on a random checkpoint of each architecture, all of one shape.
 
     python -m benchmarks.architectures [--types llama qwen2 qwen3] [--rounds 2] [--threads 2] [--json OUT]
+    python -m benchmarks.architectures --types llama llama:generic   # native decoder vs the generic path
 
 Each architecture gets a random checkpoint of SmolLM2-135M's shape (hidden
 576, 30 layers, 9 heads, 3 KV heads, vocab 49152; safetensors, fp32) with
@@ -11,7 +12,9 @@ engine is loaded once (load time and the model worker's peak memory, VmHWM,
 are reported), then W1 (32 requests, 16 concurrent, ~30-token prompts, 64
 new tokens, ``ignore_eos``) runs on each in turn, ``--rounds`` times, so a
 machine whose speed drifts weighs on all of them alike. Ratios are to the
-first type.
+first type. A type may name the decoder (``llama:generic``, ``llama:native``:
+LLM_BYOC_DECODER for that engine; plain: ``auto``), so a native architecture runs
+against the generic transformers path on the same checkpoint.
 """
 
 from __future__ import annotations
@@ -81,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--reference", help="the model whose shape and tokenizer are used (default: SmolLM2-135M)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--worker-nice", type=int, default=10,
+                        help="LLM_BYOC_WORKER_NICE of each engine (0: a fair share of a machine others load too)")
     parser.add_argument("--num-requests", type=int, default=32)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=64)
@@ -96,22 +101,27 @@ def main(argv: list[str] | None = None) -> int:
     engines = {}
     with tempfile.TemporaryDirectory(prefix="llm_byoc-arch-") as tmp:
         try:
-            for model_type in args.types:
-                folder = random_checkpoint(model_type, reference, Path(tmp))
+            for name in args.types:
+                model_type, _, decoder = name.partition(":")
+                folder = Path(tmp) / model_type
+                if not folder.exists():  # one checkpoint for each decoder of a type
+                    random_checkpoint(model_type, reference, Path(tmp))
                 before = set(process_tree(os.getpid()))
                 started = time.perf_counter()
-                engine = start_engine(str(folder), max_num_seqs=args.concurrency, num_threads=args.threads)
+                engine = start_engine(str(folder), max_num_seqs=args.concurrency, num_threads=args.threads,
+                                      decoder=decoder or "auto", worker_nice=args.worker_nice)
                 load_s = time.perf_counter() - started
-                engines[model_type] = engine
+                engines[name] = engine
                 workers = sorted(set(process_tree(os.getpid())) - before)  # the engine's model worker
-                figures[model_type] = {"load_s": load_s, "tokens_per_s": [],
-                                       "worker_peak_rss_bytes": sum(peak_rss_bytes(pid) for pid in workers)}
+                figures[name] = {"load_s": load_s, "tokens_per_s": [], "decoder": engine.health().info.decoder,
+                                 "worker_peak_rss_bytes": sum(peak_rss_bytes(pid) for pid in workers)}
             for _ in range(args.rounds):
                 for model_type, engine in engines.items():
                     run = run_engine(engine, prompts, args.max_new_tokens, args.concurrency)
                     if run.errors:
                         raise SystemExit(f"{model_type}: {len(run.errors)} requests failed, e.g. {run.errors[0]}")
                     figures[model_type]["tokens_per_s"].append(run.tokens_per_s)
+                    print(f"{model_type}: {run.tokens_per_s:.1f} tok/s", flush=True)
         finally:
             for engine in engines.values():
                 engine.shutdown()
@@ -120,12 +130,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"W1 ({args.num_requests} requests, {args.concurrency} concurrent, {args.max_new_tokens} new tokens), "
           f"{args.rounds} rounds alternating, random checkpoints of {reference.name}'s shape, fp32, "
           f"{args.threads} threads; CPU: {cpu.describe_line()}")
-    print(f"{'type':<8} {'load s':>7} {'worker peak MiB':>16} {'tok/s (median)':>15} {'runs':<24} {'/ ' + first:>9}")
+    print(f"{'type':<14} {'load s':>7} {'worker peak MiB':>16} {'tok/s (median)':>15} {'runs':<24} {'/ ' + first:>9}")
     for model_type, f in figures.items():
         median = statistics.median(f["tokens_per_s"])
         f["tokens_per_s_median"] = median
         runs = " ".join(f"{x:.1f}" for x in f["tokens_per_s"])
-        print(f"{model_type:<8} {f['load_s']:>7.2f} {f['worker_peak_rss_bytes'] / 2**20:>16.0f} {median:>15.1f} "
+        print(f"{model_type:<14} {f['load_s']:>7.2f} {f['worker_peak_rss_bytes'] / 2**20:>16.0f} {median:>15.1f} "
               f"{runs:<24} {median / base:>9.3f}")
     if args.json:
         document = {"args": vars(args), "cpu": cpu.describe(), "types": figures}

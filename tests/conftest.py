@@ -16,6 +16,7 @@ from fixtures.tiny_models import (  # noqa: E402
     ROPE_ATTENTION_SCALE,
     ROPE_BY_LENGTH,
     build_tiny_decoder,
+    build_tiny_generic,
     build_tiny_llama,
     build_tiny_opt,
 )
@@ -77,6 +78,18 @@ def tiny_qwen2_moe_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_mixtral_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 2-layer random Mixtral of the tiny Llama's shape and tokenizer (4 experts, 2 per token)."""
     return build_tiny_decoder(tmp_path_factory.mktemp("models") / "tiny-mixtral", "mixtral")
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt_neox_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer random GPT-NeoX (RoPE on a quarter of each head): the generic transformers path runs it."""
+    return build_tiny_generic(tmp_path_factory.mktemp("models") / "tiny-gpt-neox", "gpt_neox")
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer random GPT-2 (learned positions, attention scaled by layer): the generic transformers path."""
+    return build_tiny_generic(tmp_path_factory.mktemp("models") / "tiny-gpt2", "gpt2")
 
 
 @pytest.fixture(scope="session")

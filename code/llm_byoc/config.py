@@ -35,6 +35,7 @@ ENV_MAX_NEW_TOKENS = "LLM_BYOC_MAX_NEW_TOKENS_LIMIT"
 ENV_MAX_WAITING = "LLM_BYOC_MAX_WAITING"
 ENV_NUM_THREADS = "LLM_BYOC_NUM_THREADS"
 ENV_LINEAR_BACKEND = "LLM_BYOC_LINEAR_BACKEND"
+ENV_DECODER = "LLM_BYOC_DECODER"
 ENV_STEP_TIMEOUT = "LLM_BYOC_STEP_TIMEOUT"
 ENV_WORKER_NICE = "LLM_BYOC_WORKER_NICE"
 ENV_TRUST_REMOTE_CODE = "LLM_BYOC_TRUST_REMOTE_CODE"
@@ -117,6 +118,7 @@ DEFAULT_DOWNLOAD_DIR = "/tmp/llm_byoc/model"
 
 _DTYPES = ("auto", "float32", "float16", "bfloat16")
 LINEAR_BACKENDS = ("auto", "onednn", "aten")  # see worker/linear.py
+DECODER_PATHS = ("auto", "native", "generic")  # auto: native where the family has one (worker/models/__init__.py)
 _DEVICES = ("auto", "cpu", "cuda")
 MULTI_MODEL_BACKENDS = ("native", "triton")
 ENGINES = ("auto", "native", "vllm")  # auto: vllm where a CUDA device is present and vLLM is installed
@@ -211,6 +213,7 @@ class EngineConfig:
     num_threads: int = 0  # torch intra-op threads in the worker; 0 = OMP_NUM_THREADS, else the usable cores (cpu.py)
     worker_nice: int = 10  # nice increment of every model process: HTTP and engine threads get a core first (process/threads.py)
     linear_backend: str = "auto"  # auto: oneDNN prepacked weights on CPU (fp32/bf16), else F.linear
+    decoder: str = "auto"  # our engine's decoder: native (fused, per family) | generic (transformers' modules) | auto
     step_timeout_s: int = 300  # a worker that does not finish one step in this long is hung: stop it; 0 = never
     trust_remote_code: bool = False
     kv_cache_memory: str = "auto"  # CPU: bytes ("2GiB") or a fraction of the container's memory; see worker/kv_sizing.py
@@ -275,6 +278,8 @@ class EngineConfig:
                  f"not {self.kv_cache_commit!r}")
         if self.kv_cache_memory != "auto":
             parse_memory_size(self.kv_cache_memory, 1, ENV_KV_CACHE_MEMORY)  # the form is checked here
+        _require(self.decoder in DECODER_PATHS,
+                 f"{ENV_DECODER} must be one of {', '.join(DECODER_PATHS)}, not {self.decoder!r}")
         _require(self.engine in ENGINES, f"{ENV_ENGINE} must be one of {', '.join(ENGINES)}, not {self.engine!r}")
         _require(self.tensor_parallel_size >= 0, f"{ENV_TENSOR_PARALLEL_SIZE} must be >= 1, or 0 for every GPU")
         _require(self.pipeline_parallel_size >= 1, f"{ENV_PIPELINE_PARALLEL_SIZE} must be >= 1")
@@ -312,6 +317,7 @@ class EngineConfig:
             num_threads=_int(env, ENV_NUM_THREADS, 0),
             worker_nice=_int(env, ENV_WORKER_NICE, 10),
             linear_backend=env.get(ENV_LINEAR_BACKEND, "auto") or "auto",
+            decoder=(env.get(ENV_DECODER) or "auto").strip().lower(),
             step_timeout_s=_int(env, ENV_STEP_TIMEOUT, 300),
             trust_remote_code=_bool(env, ENV_TRUST_REMOTE_CODE, False),
             kv_cache_memory=(env.get(ENV_KV_CACHE_MEMORY) or "auto").strip(),

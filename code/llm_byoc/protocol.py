@@ -214,6 +214,7 @@ class ModelInfo:
     engine: str = "native"  # the engine that runs the model: native | vllm (engine/engine_choice.py)
     engine_reason: str = ""  # why that one (LLM_BYOC_ENGINE, or what auto saw)
     rope_by_length: RopeByLength | None = None  # None: one RoPE table for every sequence
+    decoder: str = "native"  # our engine's decoder: native | generic (the generic transformers path)
 
     @property
     def kv_cache_bytes(self) -> int:

@@ -28,6 +28,7 @@ def test_environment_is_read_into_typed_fields():
         "LLM_BYOC_TRUST_REMOTE_CODE": "yes",
         "LLM_BYOC_LINEAR_BACKEND": "aten",
         "LLM_BYOC_STEP_TIMEOUT": "0",
+        "LLM_BYOC_DECODER": "Generic",
     }
     server, engine = ServerConfig.from_env(env), EngineConfig.from_env(env)
     assert server.port == 9000 and server.max_payload_bytes == 2 * 1024 * 1024 and server.multi_model
@@ -37,6 +38,7 @@ def test_environment_is_read_into_typed_fields():
     parsers = ServerConfig.from_env({"LLM_BYOC_REASONING_PARSER": "None", "LLM_BYOC_TOOL_CALL_PARSER": "mistral"})
     assert (parsers.reasoning_parser, parsers.tool_call_parser) == ("none", "mistral")
     assert (server.reasoning_parser, server.tool_call_parser) == ("auto", "auto")
+    assert engine.decoder == "generic" and EngineConfig.from_env({}).decoder == "auto"
 
 
 @pytest.mark.parametrize(
@@ -70,6 +72,7 @@ def test_bad_server_settings_name_the_variable(env, name):
         ({"LLM_BYOC_MAX_BATCHED_TOKENS": "8"}, "LLM_BYOC_MAX_BATCHED_TOKENS"),
         ({"LLM_BYOC_LINEAR_BACKEND": "mkl"}, "LLM_BYOC_LINEAR_BACKEND"),
         ({"LLM_BYOC_STEP_TIMEOUT": "-1"}, "LLM_BYOC_STEP_TIMEOUT"),
+        ({"LLM_BYOC_DECODER": "fused"}, "LLM_BYOC_DECODER"),
     ],
 )
 def test_bad_engine_settings_name_the_variable(env, name):

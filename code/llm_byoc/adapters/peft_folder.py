@@ -42,6 +42,7 @@ class BaseShapes:
     model_type: str
     num_layers: int
     modules: dict[str, tuple[int, int]]
+    decoder: str = "native"  # ModelInfo.decoder: the generic transformers path takes no adapters
 
 
 def check_name(name: object) -> str:
@@ -176,6 +177,9 @@ def check_adapter(name: str, src: str, uid: str, roots: tuple[str, ...], max_ran
                   base: BaseShapes | None) -> AdapterSpec:
     """Everything about a registration except the weights' values; InvalidRequest if anything is off."""
     check_name(name)
+    if base is not None and base.decoder == "generic":
+        raise InvalidRequest(f"LoRA adapters are not supported on the generic transformers path, which runs this "
+                             f"{base.model_type} model; only the native decoders take them")
     if base is None or not base.modules:
         model = base.model_type if base else "this"
         raise InvalidRequest(f"LoRA adapters are not supported for {model} models "

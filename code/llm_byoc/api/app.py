@@ -80,6 +80,8 @@ def create_app(
         if report.state is EngineState.READY:
             kv, lora, info = report.kv_cache, report.lora, report.info
             engine = None if info is None else {"name": info.engine, "reason": info.engine_reason}
+            if info is not None and info.engine == "native":
+                engine["decoder"] = info.decoder  # native, or the generic transformers path
             return jsonify(status="ready", engine=engine, num_waiting=report.num_waiting, num_running=report.num_running,
                            kv_cache=None if kv is None else kv_cache_json(kv),
                            lora=None if lora is None else dataclasses.asdict(lora))

@@ -36,7 +36,7 @@ class AdapterRegistry:
     def __init__(self, config: EngineConfig, info: ModelInfo):
         self.config = config
         modules = {name: (features[0], features[1]) for name, features in info.lora_modules.items()}
-        self.base = BaseShapes(info.model_type, info.num_layers, modules)
+        self.base = BaseShapes(info.model_type, info.num_layers, modules, info.decoder)
         self._entries: dict[str, _Entry] = {}
         self._registrations = 0
 

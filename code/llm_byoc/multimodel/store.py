@@ -19,7 +19,7 @@ Without the file (or without ``task``/``framework``) the kind is inferred
 from the folder's files:
   * ``*.onnx``                                  -> image-classification, onnx
   * ``modules.json`` (sentence-transformers)    -> text-embedding, pytorch
-  * config.json ``architectures`` ``*ForCausalLM``             -> causal-lm
+  * config.json ``architectures`` ``*ForCausalLM``/``*LMHeadModel`` -> causal-lm
   * config.json ``architectures`` ``*ForSequenceClassification`` -> text-classification
   * any other config.json with safetensors weights             -> text-embedding
 
@@ -186,7 +186,7 @@ def _infer_kind(folder: Path) -> tuple[Task, Framework]:
         return Task.TEXT_EMBEDDING, Framework.PYTORCH
     if (folder / "config.json").is_file():
         architectures = _read_json(folder / "config.json").get("architectures") or []
-        if any(str(a).endswith("ForCausalLM") for a in architectures):
+        if any(str(a).endswith(("ForCausalLM", "LMHeadModel")) for a in architectures):  # GPT2LMHeadModel
             return Task.CAUSAL_LM, Framework.PYTORCH
         if any(str(a).endswith("ForSequenceClassification") for a in architectures):
             return Task.TEXT_CLASSIFICATION, Framework.PYTORCH

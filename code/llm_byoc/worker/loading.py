@@ -6,6 +6,8 @@ into a typed config, the safetensors weights read straight into the decoder's
 tensors (worker/models/weights.py). Anything that path does not take (a RoPE type
 or activation it has no native version of, quantized weights, remote code, an
 unusual checkpoint layout) loads through transformers as before, said in one log line.
+Every other family (or any, with LLM_BYOC_DECODER=generic) runs on the generic
+transformers path (worker/models/generic.py), named in the load log.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from ..config import DEFAULT_MAX_MODEL_LEN, EngineConfig
+from ..config import DEFAULT_MAX_MODEL_LEN, ENV_LINEAR_BACKEND, EngineConfig
 from ..errors import ModelLoadError
 from ..models.device import resolve_device
 from ..models.loader import (
@@ -34,14 +36,16 @@ from ..models.loader import (
 from ..protocol import ModelInfo, RopeByLength
 from .linear import MakeLinear, linear_factory, resolve_backend
 from .models import (
+    GENERIC_PATH,
     NeedsTransformers,
     build_decoder,
-    check_model_type,
     check_supported,
     decoder_config,
+    decoder_path,
     load_decoder,
     native_unsupported,
 )
+from .models.generic import build_generic, check_generic_config
 from .models.rope import rope_by_length
 
 log = logging.getLogger(__name__)
@@ -100,13 +104,18 @@ def load_model(config: EngineConfig) -> LoadedModel:
     started = time.monotonic()
     folder = local_folder(config.model)
     raw = read_model_config(folder)
+    model_type = raw.get("model_type")
+    if model_type is None:  # transformers may still tell the family
+        model_type = getattr(load_config(folder, config.trust_remote_code), "model_type", None)
+    if decoder_path(model_type, raw, config.trust_remote_code, config.decoder) == "generic":
+        return _load_generic(folder, config, started)
     model_config, native_reason = _model_config(folder, raw, config.trust_remote_code)
     max_len = model_max_len(model_config, config.max_model_len)
     check_supported(model_config, max_len)  # before the weights are read
     tokenizer = load_tokenizer(folder, config.trust_remote_code)  # the front end needs it to work
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)
-    max_num_seqs = config.max_num_seqs or DEFAULT_MAX_NUM_SEQS.get(device.type, 64)
+    max_num_seqs = _max_num_seqs(config, device)
     try:
         backend, backend_reason = resolve_backend(config.linear_backend, device, dtype)
     except ValueError as exc:
@@ -141,8 +150,46 @@ def load_model(config: EngineConfig) -> LoadedModel:
         linear_backend=backend,
         rope_by_length=_rope_by_length(model_config),
     )
-    log.info("loaded %s (%s, %s on %s, %s linear kernels%s) in %.1f s", folder, info.model_type, info.dtype,
-             device, backend, "" if native_reason is None else ", through transformers", info.load_time_s)
+    log.info("loaded %s (%s, %s on %s, %s linear kernels, native decoder%s) in %.1f s", folder, info.model_type,
+             info.dtype, device, backend, "" if native_reason is None else ", through transformers", info.load_time_s)
+    return LoadedModel(decoder, info, device, dtype)
+
+
+def _max_num_seqs(config: EngineConfig, device: torch.device) -> int:
+    return config.max_num_seqs or DEFAULT_MAX_NUM_SEQS.get(device.type, 64)
+
+
+def _load_generic(folder: Path, config: EngineConfig, started: float) -> LoadedModel:
+    """The model's own transformers modules with our paged attention (worker/models/generic.py)."""
+    model_config = load_config(folder, config.trust_remote_code)
+    max_len = model_max_len(model_config, config.max_model_len)
+    check_generic_config(model_config, max_len)  # before the weights are read
+    tokenizer = load_tokenizer(folder, config.trust_remote_code)
+    device = resolve_device(config.device)
+    dtype = resolve_dtype(config.dtype, device)
+    if config.linear_backend not in ("auto", "aten"):
+        log.warning("%s=%s does not apply on the %s: its projections are the model's own modules (F.linear)",
+                    ENV_LINEAR_BACKEND, config.linear_backend, GENERIC_PATH)
+    hf_model = load_causal_lm(folder, config.dtype, config.device, config.trust_remote_code)
+    decoder = build_generic(hf_model, max_len)
+    eos = eos_token_ids(getattr(hf_model.generation_config, "eos_token_id", None), hf_model.config.eos_token_id,
+                        getattr(tokenizer, "eos_token_id", None))
+    info = ModelInfo(
+        model_type=model_config.model_type,
+        model_path=str(Path(folder)),
+        vocab_size=model_config.vocab_size,
+        max_model_len=max_len,
+        eos_token_ids=eos,
+        device=str(device),
+        dtype=str(dtype).removeprefix("torch."),
+        max_num_seqs=_max_num_seqs(config, device),
+        load_time_s=round(time.monotonic() - started, 3),
+        param_bytes=sum(p.numel() * p.element_size() for p in hf_model.parameters()),
+        linear_backend="aten",  # the model's own nn.Linear modules
+        decoder="generic",
+    )
+    log.info("loaded %s (%s, %s on %s) on the %s: its transformers modules, our paged attention, in %.1f s",
+             folder, info.model_type, info.dtype, device, GENERIC_PATH, info.load_time_s)
     return LoadedModel(decoder, info, device, dtype)
 
 
@@ -157,7 +204,6 @@ def _rope_by_length(model_config) -> RopeByLength | None:
 def _model_config(folder: Path, raw: dict, trust_remote_code: bool):
     """(our typed config, None), or (transformers' config, why the native path cannot take the model)."""
     if raw.get("model_type") is not None:
-        check_model_type(raw["model_type"], raw, trust_remote_code)  # refused without importing transformers
         try:
             model_config = decoder_config(raw)
             return model_config, native_unsupported(model_config, raw, trust_remote_code)

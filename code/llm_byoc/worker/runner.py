@@ -63,7 +63,8 @@ class ModelRunner:
         self.committer = KVCommitter(self.cache) if self.cache.commit == "ahead" else None
         if self.committer is not None:
             self.committer.start()
-        base = BaseShapes(loaded.info.model_type, self.decoder.num_layers, self.decoder.lora_modules())
+        base = BaseShapes(loaded.info.model_type, self.decoder.num_layers, self.decoder.lora_modules(),
+                          loaded.info.decoder)
         self.adapters = AdapterStore(base, loaded.dtype)
         self.lora_slots = LoRASlots(base, max_loras, loaded.dtype, loaded.device)
         self.info = replace(

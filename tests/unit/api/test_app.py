@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
 from llm_byoc.protocol import EngineState
@@ -18,6 +19,18 @@ def test_ping_is_200_only_when_ready(client, engine):
         response = client.get("/ping")
         assert response.status_code == 503
         assert response.get_json()["type"] == error_type
+
+
+def test_ping_names_the_engine_and_its_decoder(client, engine):
+    assert client.get("/ping").get_json()["engine"] == {"name": "native", "reason": "", "decoder": "native"}
+    real = engine.health
+
+    def generic():
+        report = real()
+        return dataclasses.replace(report, info=dataclasses.replace(report.info, decoder="generic"))
+
+    engine.health = generic
+    assert client.get("/ping").get_json()["engine"]["decoder"] == "generic"
 
 
 def test_ping_is_503_when_health_itself_fails(client, engine):

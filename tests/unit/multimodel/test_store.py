@@ -79,6 +79,7 @@ def test_config_file_decides_kind_and_keeps_options(tmp_path):
         ({"model.onnx": ""}, (Task.IMAGE_CLASSIFICATION, Framework.ONNX)),
         ({"modules.json": "[]", "config.json": "{}"}, (Task.TEXT_EMBEDDING, Framework.PYTORCH)),
         ({"config.json": '{"architectures": ["LlamaForCausalLM"]}'}, (Task.CAUSAL_LM, Framework.PYTORCH)),
+        ({"config.json": '{"architectures": ["GPT2LMHeadModel"]}'}, (Task.CAUSAL_LM, Framework.PYTORCH)),
         ({"config.json": '{"architectures": ["BertForSequenceClassification"]}'}, (Task.TEXT_CLASSIFICATION, Framework.PYTORCH)),
         ({"config.json": '{"architectures": ["BertModel"]}'}, (Task.TEXT_EMBEDDING, Framework.PYTORCH)),
     ],

@@ -7,8 +7,7 @@ import shutil
 import pytest
 import torch
 from transformers import (
-    GPT2Config,
-    GPT2LMHeadModel,
+    FalconConfig,
     LlamaConfig,
     MistralConfig,
     OPTConfig,
@@ -37,11 +36,20 @@ def _folder_like(tiny_llama_dir, tmp_path, name, model) -> str:
     return str(folder)
 
 
-def test_unsupported_family_is_refused_before_loading_weights(tiny_llama_dir, tmp_path):
-    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=384, n_positions=64))
-    folder = _folder_like(tiny_llama_dir, tmp_path, "gpt2", model)
-    with pytest.raises(ModelLoadError, match="'gpt2' is not supported; supported: llama, mistral, mixtral, opt, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe"):
-        load_model(EngineConfig(model=folder))
+def test_a_family_without_attention_interface_support_is_refused_before_loading_weights(tiny_llama_dir, tmp_path):
+    """Falcon has no native decoder, and its transformers code takes no custom attention function."""
+    config = FalconConfig(num_hidden_layers=1, hidden_size=32, num_attention_heads=2, vocab_size=384)
+    folder = tmp_path / "falcon"
+    folder.mkdir()
+    config.save_pretrained(folder)  # a config alone: the refusal comes before any weight is looked for
+    for file in TOKENIZER_FILES:
+        shutil.copy(tiny_llama_dir / file, folder / file)
+    with pytest.raises(ModelLoadError, match=r"model type 'falcon' has no native decoder here, and its transformers "
+                                             r"code \(FalconForCausalLM\) does not support a custom attention "
+                                             r"function \(no _supports_attention_backend\)"):
+        load_model(EngineConfig(model=str(folder)))
+    with pytest.raises(ModelLoadError, match="'falcon' has no native decoder .*LLM_BYOC_DECODER=native"):
+        load_model(EngineConfig(model=str(folder), decoder="native"))
 
 
 def test_an_architecture_that_exists_only_as_remote_code_names_the_setting(tiny_llama_dir, tmp_path):
@@ -56,10 +64,10 @@ def test_an_architecture_that_exists_only_as_remote_code_names_the_setting(tiny_
     (folder / "modeling_acme.py").write_text("raise SystemExit('this must never run')\n")
     with pytest.raises(ModelLoadError, match=r"'acme_lm' is defined by code in the model folder \(configuration_acme.py, "
                                              r"modeling_acme.py, .*LLM_BYOC_TRUST_REMOTE_CODE=true \(it runs that code\) "
-                                             r"and LLM_BYOC_ENGINE=vllm serve it"):
+                                             r"our generic transformers path may run it, and LLM_BYOC_ENGINE=vllm serve it"):
         load_model(EngineConfig(model=str(folder)))
-    with pytest.raises(ModelLoadError, match=r"llama, .* only: LLM_BYOC_ENGINE=vllm serve it"):  # allowed, not ours
-        load_model(EngineConfig(model=str(folder), trust_remote_code=True))
+    with pytest.raises(ModelLoadError, match="cannot read the config"):  # allowed: the generic path reads its code
+        load_model(EngineConfig(model=str(folder), trust_remote_code=True))  # (configuration_acme.py is missing)
 
 
 def test_rope_on_part_of_each_head_that_depends_on_the_length_is_refused():

@@ -51,7 +51,8 @@ def _shared_prefix_requests() -> list[Request]:
 
 
 @pytest.fixture(scope="module", params=["tiny_opt_dir", "tiny_llama_dir", "tiny_qwen3_dir", "tiny_phi3_dir",
-                                                "tiny_mixtral_dir", "tiny_qwen2_moe_dir"])
+                                                "tiny_mixtral_dir", "tiny_qwen2_moe_dir",
+                                                "tiny_gpt_neox_dir", "tiny_gpt2_dir"])  # the generic path
 def model_dir(request):
     return request.getfixturevalue(request.param)
 

@@ -5,7 +5,9 @@ Each decoder keeps the weights, not modules, and exposes ``num_layers``,
 hidden]`` and ``logits(hidden_rows) -> [S, vocab]``. ``load_decoder`` builds one
 straight from config.json and the safetensors files, without transformers;
 ``build_decoder`` builds one on a loaded transformers model, for what the native
-path does not take (``native_unsupported`` says why).
+path does not take (``native_unsupported`` says why). Every other family runs on
+the generic transformers path (``generic.py``: the model's own modules, our paged
+attention); ``decoder_path`` picks one of the two under ``LLM_BYOC_DECODER``.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ from pathlib import Path
 
 import torch
 
-from ...config import ENV_ENGINE, ENV_TRUST_REMOTE_CODE
+from ...config import ENV_DECODER, ENV_ENGINE, ENV_TRUST_REMOTE_CODE
 from ...errors import ModelLoadError
 from ..linear import MakeLinear
 from .activations import ACTIVATIONS
 from .config import DecoderConfig, LlamaDecoderConfig, NeedsTransformers, decoder_config, uses_window_by_default
+from .generic import PATH_NAME as GENERIC_PATH
 from .llama import LlamaDecoder
 from .opt import OPTDecoder
 from .rope import LENGTH_ROPE_TYPES, rope_unsupported
@@ -37,22 +40,30 @@ DECODERS = {
 }
 
 
-def check_model_type(model_type, raw: dict | None = None, trust_remote_code: bool = False) -> None:
-    """ModelLoadError for a family our engine has no decoder for; one whose code ships only in the model
-    folder (config.json's ``auto_map``) is named so, with the settings that would serve it."""
-    if model_type in DECODERS:
-        return
-    supported = ", ".join(sorted(DECODERS))
+def decoder_path(model_type, raw: dict | None = None, trust_remote_code: bool = False,
+                 setting: str = "auto") -> str:
+    """"native" or "generic" for this family under ``LLM_BYOC_DECODER`` (``setting``); ModelLoadError for one
+    only code in the model folder defines while ``trust_remote_code`` is off, or an unknown one forced native."""
     auto_map = (raw or {}).get("auto_map")
-    if isinstance(auto_map, dict) and auto_map:
+    if model_type not in DECODERS and isinstance(auto_map, dict) and auto_map and not trust_remote_code:
         files = sorted({str(ref).split(".", 1)[0] + ".py" for ref in auto_map.values() if isinstance(ref, str)})
-        allow = "" if trust_remote_code else f"{ENV_TRUST_REMOTE_CODE}=true (it runs that code) and "
         raise ModelLoadError(
             f"model type {model_type!r} is defined by code in the model folder ({', '.join(files)}, named by "
-            f"config.json's auto_map), which is not run unless {ENV_TRUST_REMOTE_CODE}=true; our engine runs "
-            f"{supported} only: {allow}{ENV_ENGINE}=vllm serve it where vLLM is installed"
+            f"config.json's auto_map), which is not run unless {ENV_TRUST_REMOTE_CODE}=true; with "
+            f"{ENV_TRUST_REMOTE_CODE}=true (it runs that code) our {GENERIC_PATH} may run it, and "
+            f"{ENV_ENGINE}=vllm serve it where vLLM is installed"
         )
-    raise ModelLoadError(f"model type {model_type!r} is not supported; supported: {supported}")
+    if setting == "generic" or (setting == "auto" and model_type not in DECODERS):
+        return "generic"
+    check_model_type(model_type)
+    return "native"
+
+
+def check_model_type(model_type) -> None:
+    """ModelLoadError for a family with no native decoder (the generic path may still run it)."""
+    if model_type not in DECODERS:
+        raise ModelLoadError(f"model type {model_type!r} has no native decoder ({ENV_DECODER}=native); native: "
+                             f"{', '.join(sorted(DECODERS))}; {ENV_DECODER}=auto runs the others on the {GENERIC_PATH}")
 
 
 def check_supported(config, max_model_len: int) -> None:
@@ -114,5 +125,5 @@ def load_decoder(folder: Path, config: DecoderConfig, device: torch.device, dtyp
     return decoder, weights.nbytes
 
 
-__all__ = ["DECODERS", "NeedsTransformers", "build_decoder", "check_model_type", "check_supported",
-           "decoder_config", "load_decoder", "native_unsupported"]
+__all__ = ["DECODERS", "GENERIC_PATH", "NeedsTransformers", "build_decoder", "check_model_type", "check_supported",
+           "decoder_config", "decoder_path", "load_decoder", "native_unsupported"]
