@@ -36,6 +36,7 @@ import sys
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import boto3
 import requests
@@ -317,16 +318,20 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     env = container_environment(args.engine, args.dtype, args.tensor_parallel, args.max_model_len)
     if args.mode.startswith("local"):
-        from pathlib import Path
-
+        if not args.model_dir:
+            parser.error(f"{args.mode} needs --model-dir")
         session = local_session(args.port)
         data = Path(args.model_dir).resolve().as_uri()
         deployment = deploy_endpoint(session, args.name, args.image, data, args.role, env, instance_type=args.mode)
     else:
+        if not args.model_data:
+            parser.error(f"{args.mode} needs --model-data s3://...")
         session = Session()
         deploy = deploy_endpoint if args.mode == "endpoint" else deploy_components
         extra = {"adapter_data": args.adapter_data} if args.mode == "components" else {}
-        deployment = deploy(session, args.name, args.image, args.model_data, args.role, env, args.instance_type, **extra)
+        deployment = deploy(
+            session, args.name, args.image, args.model_data, args.role, env, instance_type=args.instance_type, **extra
+        )
     adapter = args.adapter or (deployment.components[1] if len(deployment.components) > 1 else None)
     try:
         answers = tour(session, deployment, adapter)

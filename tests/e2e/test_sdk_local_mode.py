@@ -9,6 +9,7 @@ Needs docker compose (v2's `docker compose` or `docker-compose`; .ci/run install
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import socket
@@ -24,8 +25,10 @@ from fixtures.adapters import make_adapter
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
-sys.path.insert(0, str(REPO / "deploy"))
-sdk_example = pytest.importorskip("sdk_example", reason="the sagemaker SDK (the test extras) is not installed")
+pytest.importorskip("sagemaker.core", reason="the sagemaker SDK (the test extras) is not installed")
+_spec = importlib.util.spec_from_file_location("sdk_example", REPO / "deploy" / "sdk_example.py")
+sdk_example = sys.modules["sdk_example"] = importlib.util.module_from_spec(_spec)  # dataclasses look it up
+_spec.loader.exec_module(sdk_example)
 
 
 def _compose_missing() -> str | None:

@@ -6,6 +6,7 @@ timeouts a large model needs, and least-outstanding-requests routing."""
 from __future__ import annotations
 
 import ast
+import importlib.util
 import io
 import json
 import re
@@ -18,8 +19,10 @@ from botocore.response import StreamingBody
 from botocore.stub import Stubber
 
 REPO = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(REPO / "deploy"))
-sdk_example = pytest.importorskip("sdk_example", reason="the sagemaker SDK (the test extras) is not installed")
+pytest.importorskip("sagemaker.core", reason="the sagemaker SDK (the test extras) is not installed")
+_spec = importlib.util.spec_from_file_location("sdk_example", REPO / "deploy" / "sdk_example.py")
+sdk_example = sys.modules["sdk_example"] = importlib.util.module_from_spec(_spec)  # dataclasses look it up
+_spec.loader.exec_module(sdk_example)
 
 from sagemaker.core.helper.session_helper import Session  # noqa: E402
 
@@ -214,3 +217,28 @@ def test_the_documented_sdk_forms_parse():
                 sources[marker] = called
     assert sources["ModelBuilder("] and {"builder.build", "builder.deploy"} <= sources["ModelBuilder("]
     assert sources["Model("] and "model.deploy" in sources["Model("]
+
+
+def test_main_wires_the_components_command(monkeypatch, capsys):
+    seen = {}
+    deployment = sdk_example.Deployment("lora", ["lora-base"], ["lora-base", "lora-adapter"])
+
+    def fake_deploy(*args, **kwargs):
+        seen.update(args=args, kwargs=kwargs)
+        return deployment
+
+    monkeypatch.setattr(sdk_example, "Session", lambda: "session")
+    monkeypatch.setattr(sdk_example, "deploy_components", fake_deploy)
+    monkeypatch.setattr(sdk_example, "tour", lambda session, deployment, adapter: seen.update(adapter=adapter) or {})
+    monkeypatch.setattr(sdk_example.Deployment, "delete", lambda self, session: seen.update(deleted=self.endpoint))
+    sdk_example.main([
+        "components", "--image", IMAGE, "--model-data", "s3://b/m.tar.gz", "--adapter-data", "s3://b/a.tar.gz",
+        "--role", ROLE, "--name", "lora", "--instance-type", "ml.g5.12xlarge", "--engine", "vllm", "--tensor-parallel", "4",
+    ])
+    assert seen["args"][1:5] == ("lora", IMAGE, "s3://b/m.tar.gz", ROLE)
+    assert seen["args"][5]["LLM_BYOC_TENSOR_PARALLEL_SIZE"] == "4" and seen["args"][5]["LLM_BYOC_ENGINE"] == "vllm"
+    assert seen["kwargs"] == {"instance_type": "ml.g5.12xlarge", "adapter_data": "s3://b/a.tar.gz"}
+    assert seen["adapter"] == "lora-adapter" and seen["deleted"] == "lora"
+    with pytest.raises(SystemExit):
+        sdk_example.main(["endpoint", "--image", IMAGE])  # no --model-data
+    assert "needs --model-data" in capsys.readouterr().err
