@@ -104,8 +104,10 @@ def _wait_until_deleted(client, component: str, poll_s: float = 10, timeout_s: f
     while time.monotonic() < deadline:
         try:
             client.describe_inference_component(InferenceComponentName=component)
-        except ClientError:
-            return
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "ValidationException":  # SageMaker's "could not find"
+                return
+            raise
         time.sleep(poll_s)
     raise TimeoutError(f"inference component {component} still exists after {timeout_s} s")
 
