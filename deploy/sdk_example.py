@@ -1,4 +1,5 @@
-"""Deploy llm-byoc with the `sagemaker` Python SDK (v3, ``sagemaker==3.27.0``, as pinned in the test extras).
+"""Deploy llm-byoc with the `sagemaker` Python SDK (v3: ``sagemaker==3.27.0``, whose
+``sagemaker-core==2.27.0`` is the part imported here and pinned in the test extras).
 
 The same functions serve a real endpoint and the SDK's local mode (``instance_type="local"``):
 
