@@ -60,3 +60,14 @@ def test_prompt_logprobs_survive_preemption(tiny_llama_dir, llama_runner):
     for i, prompt in enumerate(prompts):
         own = _expected(tiny_llama_dir, prompt)[:-1].gather(1, torch.tensor(prompt[1:])[:, None])[:, 0]
         assert torch.allclose(torch.tensor(result.prompt_logprobs[f"r{i}"].logprobs), own, atol=1e-5)
+
+
+@pytest.mark.parametrize("model_fixture", ["tiny_opt_dir", "tiny_gpt2_dir"])  # tiny_gpt2: the generic path
+def test_prompt_logprobs_on_other_decoders(request, model_fixture):
+    model_dir = request.getfixturevalue(model_fixture)
+    runner = ModelRunner.from_config(EngineConfig(model=str(model_dir), max_num_seqs=2))
+    prompt = _prompt(3, 25)
+    result = drive(runner, [Request("a", prompt, SamplingParams(max_new_tokens=2, prompt_logprobs=0))],
+                   num_slots=2, token_budget=10)
+    own = _expected(model_dir, prompt)[:-1].gather(1, torch.tensor(prompt[1:])[:, None])[:, 0]
+    assert torch.allclose(torch.tensor(result.prompt_logprobs["a"].logprobs), own, atol=1e-5)
