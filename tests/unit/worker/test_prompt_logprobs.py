@@ -54,7 +54,8 @@ def test_prompt_logprobs_equal_log_softmax_of_the_forward_logits(tiny_llama_dir,
 
 def test_prompt_logprobs_survive_preemption(tiny_llama_dir, llama_runner):
     prompts = [_prompt(10 + i, 30) for i in range(3)]
-    requests = [Request(f"r{i}", p, SamplingParams(max_new_tokens=20, prompt_logprobs=0)) for i, p in enumerate(prompts)]
+    params = SamplingParams(max_new_tokens=20, prompt_logprobs=0)
+    requests = [Request(f"r{i}", p, params) for i, p in enumerate(prompts)]
     result = drive(llama_runner, requests, num_slots=3, token_budget=16, num_blocks=9)  # 8 blocks of 16: preempts
     assert result.preemptions > 0
     for i, prompt in enumerate(prompts):
