@@ -88,6 +88,9 @@ class SamplingParams:
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias) added to the logits before anything else
     stop_token_ids: tuple[int, ...] = ()  # generating one of these ends the sequence (STOP), as EOS does
     typical_p: float = 1.0  # TGI's typical sampling (worker/sampler.py); 1: off
+    # the prompt's log-probabilities (vLLM's prompt_logprobs): None: not computed; k: each prompt token's
+    # log-probability under the raw model and the k likeliest alternatives (0: none). Bypasses prefix-cache hits.
+    prompt_logprobs: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop", tuple(self.stop))
@@ -158,6 +161,9 @@ class SamplingParams:
             raise InvalidRequest(f"stop_token_ids must be at most {MAX_STOP_TOKEN_IDS} token ids (integers >= 0)")
         if not is_num(self.typical_p) or not 0 < self.typical_p <= 1:
             raise InvalidRequest(f"typical_p must be in (0, 1], got {self.typical_p!r}")
+        k = self.prompt_logprobs
+        if k is not None and (not is_int(k) or not 0 <= k <= MAX_TOP_LOGPROBS):
+            raise InvalidRequest(f"prompt_logprobs must be an integer from 0 to {MAX_TOP_LOGPROBS}, got {k!r}")
         return self
 
     def check_token_ids(self, vocab_size: int) -> None:
@@ -287,11 +293,21 @@ class TopLogprobs:
 
 
 @dataclass(frozen=True)
+class PromptLogprobs:
+    """The prompt's log-probabilities under the raw model: entry i is prompt token i + 1's (the first token
+    has none); ``top`` (when asked for alternatives) the likeliest tokens at the same positions."""
+
+    logprobs: list[float]
+    top: list[TopLogprobs] | None = None
+
+
+@dataclass(frozen=True)
 class SampledToken:
     seq_id: str
     token_id: int
     logprob: float | None = None
     top: TopLogprobs | None = None  # only when the sequence asked for top_logprobs
+    prompt: PromptLogprobs | None = None  # with the first sample of a sequence that asked for prompt_logprobs
 
 
 @dataclass(frozen=True)
@@ -363,6 +379,7 @@ class SequenceUpdate:
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
     top_logprobs: list[TopLogprobs] | None = None  # one per token, when asked for
+    prompt_logprobs: PromptLogprobs | None = None  # on the first update, when asked for
 
 
 @dataclass(frozen=True)
@@ -467,6 +484,7 @@ _CODEC = MessageCodec(
         ScheduledChunk,
         StepBatch,
         TopLogprobs,
+        PromptLogprobs,
         SampledToken,
         StepOutput,
         WorkerReady,

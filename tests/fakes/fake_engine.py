@@ -30,6 +30,7 @@ from llm_byoc.protocol import (
     FinishReason,
     HealthReport,
     ModelInfo,
+    PromptLogprobs,
     SamplingParams,
 )
 
@@ -207,9 +208,13 @@ class FakeHandle:
         for i in range(self.num_prompts):
             tokens = [e.token_id for e in texts[i] if e.token_id is not None]
             logprobs = [e.logprob for e in texts[i] if e.token_id is not None] if self._params[i].logprobs else None
+            prompt = None
+            if self._params[i].prompt_logprobs is not None:  # every prompt token after the first at -1.0
+                prompt = PromptLogprobs([-1.0] * (len(self._prompt_ids[i]) - 1))
             results.append(GenerationResult(
                 i, "".join(e.text for e in texts[i]), tokens, last[i].finish_reason,
                 last[i].prompt_tokens, last[i].completion_tokens, logprobs,
+                prompt_token_ids=list(self._prompt_ids[i]), prompt_logprobs=prompt,
             ))
         return results
 

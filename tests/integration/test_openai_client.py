@@ -93,6 +93,27 @@ def test_logprobs_in_both_shapes(client, model):
     assert [e.logprob for e in entries] == pytest.approx([e.logprob for e in content], abs=1e-5)
 
 
+def test_completions_echo_with_logprobs_gives_the_prompt_tokens_logprobs_first(client, model, tiny_llama_dir):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    prompt = "The weather today is"
+    ids = AutoTokenizer.from_pretrained(tiny_llama_dir).encode(prompt)
+    completion = client.completions.create(model=model, prompt=prompt, max_tokens=2, temperature=0, logprobs=2,
+                                           echo=True, extra_body={"ignore_eos": True})
+    choice = completion.choices[0]
+    logprobs = choice.logprobs
+    assert choice.text.startswith(prompt) and len(logprobs.tokens) == len(ids) + 2
+    assert logprobs.token_logprobs[0] is None and logprobs.top_logprobs[0] is None
+    model_ = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        expected = torch.log_softmax(model_(torch.tensor([ids])).logits[0].float(), -1)
+    for i in range(1, len(ids)):
+        assert logprobs.token_logprobs[i] == pytest.approx(float(expected[i - 1, ids[i]]), abs=1e-4)
+        assert 2 <= len(logprobs.top_logprobs[i]) <= 3  # the 2 likeliest and the prompt token
+    assert logprobs.text_offset == sorted(logprobs.text_offset) and logprobs.text_offset[0] == 0
+
+
 def test_errors_are_the_clients_own_types(server, client, model):
     with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(model=model, messages=MESSAGES, extra_body={"best_of": 2})

@@ -38,7 +38,7 @@ def test_settings_of_tgi_are_read_and_logged(server):
     assert "OPTION_ROLLING_BATCH is ignored" in log
     info = requests.get(f"{server.url}/info", timeout=10).json()
     assert (info["max_input_tokens"], info["max_total_tokens"]) == (MAX_INPUT, MAX_TOTAL)
-    assert info["model_id"] == server.model_dir.name and info["max_best_of"] == 1
+    assert info["model_id"] == server.model_dir.name and info["max_best_of"] == 8
 
 
 def test_text_generation_plain_and_streamed_agree(client):
@@ -87,8 +87,37 @@ def test_truncate_keeps_the_last_tokens(server):
 def test_errors_are_the_clients_own_types(client):
     with pytest.raises(ValidationError, match="watermark"):
         client.text_generation(PROMPT, max_new_tokens=2, watermark=True)
-    with pytest.raises(ValidationError, match="decoder_input_details"):
-        client.text_generation(PROMPT, max_new_tokens=2, details=True, decoder_input_details=True)
+    with pytest.raises(ValidationError, match="seed"):
+        client.text_generation(PROMPT, max_new_tokens=2, details=True, best_of=2, do_sample=True, seed=1)
+
+
+def test_decoder_input_details_give_the_prompt_logprobs_of_the_model(client, tiny_llama_dir):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    out = client.text_generation(PROMPT, max_new_tokens=2, details=True, decoder_input_details=True)
+    ids = AutoTokenizer.from_pretrained(tiny_llama_dir).encode(PROMPT)
+    prefill = out.details.prefill
+    assert [t.id for t in prefill] == ids and prefill[0].logprob is None
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        expected = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), -1)
+    for i, token in enumerate(prefill[1:], start=1):
+        assert token.logprob == pytest.approx(float(expected[i - 1, ids[i]]), abs=1e-4)
+    again = client.text_generation(PROMPT, max_new_tokens=2, details=True, decoder_input_details=True)
+    assert [t.logprob for t in again.details.prefill] == [t.logprob for t in prefill]  # no cached prefix skips any
+
+
+def test_best_of_returns_the_likeliest_sample_and_the_others(client):
+    out = client.text_generation(PROMPT, max_new_tokens=4, details=True, best_of=3, do_sample=True)
+    others = out.details.best_of_sequences
+    assert len(others) == 2
+
+    def mean(tokens):
+        return sum(t.logprob for t in tokens) / len(tokens)
+
+    assert all(mean(out.details.tokens) >= mean(o.tokens) for o in others)
+    assert len({out.details.seed, *(o.seed for o in others)}) == 3  # each sample drawn with its own seed
 
 
 def test_metrics_carry_tgi_names(server, client):

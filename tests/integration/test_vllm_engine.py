@@ -158,6 +158,35 @@ def test_logprobs_agree_across_engines_to_a_few_decimals(servers):
     assert worst < 1e-3
 
 
+def test_prompt_logprobs_agree_across_engines(servers):
+    """TGI decoder_input_details and completions echo + logprobs: vLLM's prompt_logprobs against ours, the same
+    prompt sent twice (the second finds its blocks in the prefix cache, and must still compute every position)."""
+    tgi = {"inputs": PROMPTS[0] * 3,
+           "parameters": {"max_new_tokens": 2, "details": True, "decoder_input_details": True}}
+    prefill = {}
+    for engine, server in servers.items():
+        for _ in range(2):
+            response = post(server, "/generate", tgi)
+            assert response.status_code == 200, (engine, response.text)
+            prefill[engine] = [(t["id"], t["logprob"]) for t in response.json()["details"]["prefill"]]
+    assert [t for t, _ in prefill["vllm"]] == [t for t, _ in prefill["native"]]
+    assert prefill["vllm"][0][1] is None and prefill["native"][0][1] is None
+    worst = max(abs(a - b) for (_, a), (_, b) in zip(prefill["vllm"][1:], prefill["native"][1:]))
+    print(f"largest prompt logprob difference over {len(prefill['native'])} tokens: {worst:.2e}")
+    assert worst < 1e-3
+    echoed = {}
+    for engine, server in servers.items():
+        body = {"prompt": PROMPTS[1], "max_tokens": 1, "temperature": 0, "echo": True, "logprobs": 2}
+        response = post(server, "/v1/completions", body)
+        assert response.status_code == 200, (engine, response.text)
+        echoed[engine] = response.json()["choices"][0]["logprobs"]
+    assert echoed["vllm"]["tokens"] == echoed["native"]["tokens"]
+    assert echoed["vllm"]["token_logprobs"][0] is None and echoed["vllm"]["top_logprobs"][0] is None
+    assert echoed["vllm"]["token_logprobs"][1:] == pytest.approx(echoed["native"]["token_logprobs"][1:], abs=1e-3)
+    tops = {engine: [set(t) for t in e["top_logprobs"][1:]] for engine, e in echoed.items()}
+    assert tops["vllm"] == tops["native"]
+
+
 def test_openai_sdk_chat_plain_and_streamed(server):
     from openai import OpenAI
 

@@ -26,6 +26,7 @@ from ..engine.seam import ServingEngine
 from ..errors import InvalidRequest
 from ..protocol import MAX_TOP_LOGPROBS
 from ..schemas.dispatch import tgi_parser
+from ..schemas.tgi import MAX_BEST_OF
 from ..schemas.invocation import MAX_STOP, require_object
 from .admission import CapacityGate
 from .body import read_json
@@ -69,7 +70,7 @@ def info_json(model: Any, capacity: int | None, max_input_tokens: int) -> dict:
         "model_device_type": info.device if info else None,
         "model_pipeline_tag": "text-generation",
         "max_concurrent_requests": capacity or (info.max_num_seqs if info else None),
-        "max_best_of": 1,
+        "max_best_of": MAX_BEST_OF,
         "max_stop_sequences": MAX_STOP,
         "max_input_tokens": max_input,
         "max_input_length": max_input,  # TGI 1.x's name

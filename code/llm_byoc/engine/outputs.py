@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..protocol import FinishReason, TopLogprobs
+from ..protocol import FinishReason, PromptLogprobs, TopLogprobs
 
 
 @dataclass(frozen=True)
@@ -43,3 +43,5 @@ class GenerationResult:
     logprobs: list[float] | None = field(default=None)
     cached_tokens: int = 0  # prompt tokens served from the prefix cache
     top_logprobs: list[TopLogprobs] | None = None  # one per token, when asked for
+    prompt_token_ids: list[int] = field(default_factory=list)
+    prompt_logprobs: PromptLogprobs | None = None  # SamplingParams.prompt_logprobs: prompt tokens 1.. (not the first)

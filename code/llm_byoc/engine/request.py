@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import RequestTimeout, ServingError
-from ..protocol import FinishReason, SamplingParams, SequenceRejected, SequenceUpdate, TopLogprobs
+from ..protocol import FinishReason, PromptLogprobs, SamplingParams, SequenceRejected, SequenceUpdate, TopLogprobs
 from .detokenizer import IncrementalDetokenizer, StopStringMatcher
 from .outputs import GenerationResult, TokenEvent
 
@@ -30,6 +30,8 @@ class PromptStream:
         self.index = index
         self.seq_id = seq_id
         self.prompt_tokens = len(prompt_ids)
+        self._prompt_ids = list(prompt_ids)
+        self.prompt_logprobs: PromptLogprobs | None = None  # when asked for: with the first update
         self.cached_tokens = 0
         self._detok = IncrementalDetokenizer(tokenizer, prompt_ids)
         self._stops = StopStringMatcher(params.stop)
@@ -47,6 +49,8 @@ class PromptStream:
 
     def on_update(self, update: SequenceUpdate) -> list[TokenEvent]:
         self.cached_tokens = update.num_cached_tokens
+        if update.prompt_logprobs is not None:
+            self.prompt_logprobs = update.prompt_logprobs
         events = []
         last = len(update.token_ids) - 1
         for i, token_id in enumerate(update.token_ids):
@@ -110,6 +114,8 @@ class PromptStream:
             logprobs=list(self.logprobs) if self._want_logprobs else None,
             cached_tokens=self.cached_tokens,
             top_logprobs=list(self.top_logprobs) if self._want_top else None,
+            prompt_token_ids=list(self._prompt_ids),
+            prompt_logprobs=self.prompt_logprobs,
         )
 
 

@@ -23,7 +23,9 @@ them and computes only the rest of its prompt; after each step the blocks it
 filled are registered in the cache. A waiting sequence whose next prompt block
 a running one is computing (n samples of one prompt, a shared system prompt
 in a burst) waits for it to be cached, keeping its place; others behind it
-may go first.
+may go first. A sequence that asks for its prompt's log-probabilities
+(``prompt_logprobs``) takes no cached blocks: every prompt position is
+computed (the blocks it fills are still cached for others).
 
 ``postprocess`` appends the sampled tokens and applies the stop rules. A
 sequence that finishes leaves the running batch in that same step (its blocks
@@ -328,8 +330,9 @@ class Scheduler:
                 self.adapters.request(seq.adapter, pinned)
                 skipped.append(self._waiting.popleft())
                 continue
-            prefix = self.kv.cached_prefix(seq)
-            if computing and self.kv.next_block_hash(seq, len(prefix)) in computing:
+            wants_prompt = seq.params.prompt_logprobs is not None  # every prompt position computed: no hits
+            prefix = [] if wants_prompt else self.kv.cached_prefix(seq)
+            if computing and not wants_prompt and self.kv.next_block_hash(seq, len(prefix)) in computing:
                 skipped.append(self._waiting.popleft())  # its next block is on its way into the cache
                 continue
             cached = len(prefix) * self.kv.block_size
@@ -428,7 +431,7 @@ class Scheduler:
             updates.append(
                 SequenceUpdate(
                     seq.seq_id, [sample.token_id], logprobs, reason, seq.num_prompt_tokens, seq.num_cached_tokens,
-                    None if sample.top is None else [sample.top],
+                    None if sample.top is None else [sample.top], sample.prompt,
                 )
             )
         for seq_id in expected:  # the worker skipped a sequence: fail it, never stall it

@@ -113,6 +113,7 @@ class _Live:
     top_logprobs: int
     adapter: str
     lora: object = None  # vllm.lora.request.LoRARequest
+    prompt_logprobs: int | None = None  # asked for the prompt's log-probabilities (this many alternatives)
 
 
 class VllmCore:
@@ -163,7 +164,8 @@ class VllmCore:
                 vllm_params = vllm_mapping.sampling_params(params, max_tokens)
             except (ValueError, TypeError) as exc:
                 raise InvalidRequest(f"vLLM refused the sampling parameters: {exc}") from None
-            self._live[request.seq_id] = _Live(len(ids), params.logprobs, params.top_logprobs, request.adapter, lora)
+            self._live[request.seq_id] = _Live(len(ids), params.logprobs, params.top_logprobs, request.adapter, lora,
+                                                params.prompt_logprobs)
             self._adds.append((request, vllm_params, lora))
             self._cond.notify()
 
@@ -341,7 +343,7 @@ class VllmCore:
                 if live is None:
                     continue  # aborted meanwhile: its ABORT update has gone out
                 update = vllm_mapping.sequence_update(output.request_id, output, live.num_prompt_tokens,
-                                                      live.logprobs, live.top_logprobs)
+                                                      live.logprobs, live.top_logprobs, live.prompt_logprobs)
                 if update.finish_reason is not None:
                     del self._live[output.request_id]
                 updates.append(update)

@@ -32,7 +32,7 @@ from ..config import (
     EngineConfig,
 )
 from ..errors import ModelLoadError
-from ..protocol import FinishReason, SamplingParams, SequenceUpdate, TopLogprobs
+from ..protocol import FinishReason, PromptLogprobs, SamplingParams, SequenceUpdate, TopLogprobs
 
 if TYPE_CHECKING:
     from ..models.footprint import Footprint
@@ -182,6 +182,7 @@ def sampling_params(params: SamplingParams, max_tokens: int):
         seed=params.seed,
         ignore_eos=params.ignore_eos,
         logprobs=params.top_logprobs if params.logprobs else None,
+        prompt_logprobs=params.prompt_logprobs,
         min_p=params.min_p,
         logit_bias={token: bias for token, bias in params.logit_bias} or None,
         stop_token_ids=list(params.stop_token_ids) or None,
@@ -191,8 +192,10 @@ def sampling_params(params: SamplingParams, max_tokens: int):
     )
 
 
-def sequence_update(seq_id: str, output, num_prompt_tokens: int, want_logprobs: bool, top_k: int) -> SequenceUpdate:
-    """One vLLM RequestOutput (DELTA: only the new tokens) as our SequenceUpdate."""
+def sequence_update(seq_id: str, output, num_prompt_tokens: int, want_logprobs: bool, top_k: int,
+                    prompt_top_k: int | None = None) -> SequenceUpdate:
+    """One vLLM RequestOutput (DELTA: only the new tokens) as our SequenceUpdate; ``prompt_top_k``: the
+    sequence asked for its prompt's log-probabilities (vLLM sends them with its first output)."""
     completion = output.outputs[0]
     tokens = list(completion.token_ids)
     logprobs = top = None
@@ -201,13 +204,28 @@ def sequence_update(seq_id: str, output, num_prompt_tokens: int, want_logprobs: 
         for token, position in zip(tokens, completion.logprobs):
             logprobs.append(float(position[token].logprob))
             if top is not None:
-                ranked = sorted((lp.rank, t, lp.logprob) for t, lp in position.items() if lp.rank <= top_k)
-                top.append(TopLogprobs([t for _, t, _ in ranked], [float(v) for _, _, v in ranked]))
+                top.append(_ranked(position, top_k))
     finish = None
     if completion.finish_reason is not None:
         finish = FINISH_REASONS.get(completion.finish_reason, FinishReason.ERROR)
+    prompt = None
+    if prompt_top_k is not None and getattr(output, "prompt_logprobs", None):
+        prompt = prompt_logprobs(list(output.prompt_token_ids), output.prompt_logprobs, prompt_top_k)
     return SequenceUpdate(seq_id, tokens, logprobs, finish, num_prompt_tokens,
-                          int(output.num_cached_tokens or 0), top)
+                          int(output.num_cached_tokens or 0), top, prompt)
+
+
+def prompt_logprobs(prompt_ids: list[int], positions: list, top_k: int) -> PromptLogprobs:
+    """vLLM's ``prompt_logprobs`` (None for the first token, then {token id: Logprob} holding the prompt token
+    and the ``top_k`` likeliest) as ours."""
+    logprobs = [float(position[token].logprob) for token, position in zip(prompt_ids[1:], positions[1:])]
+    top = [_ranked(position, top_k) for position in positions[1:]] if top_k else None
+    return PromptLogprobs(logprobs, top)
+
+
+def _ranked(position: dict, top_k: int) -> TopLogprobs:
+    ranked = sorted((lp.rank, t, lp.logprob) for t, lp in position.items() if lp.rank <= top_k)
+    return TopLogprobs([t for _, t, _ in ranked], [float(v) for _, _, v in ranked])
 
 
 def check_folder_for_vllm(folder: Path, raw: dict, trust_remote_code: bool, known_types) -> None:

@@ -12,7 +12,8 @@ each prompt gets ``n`` choices, each its own sequence in the batch (choice
 seed + j). Completions' ``best_of`` draws that many samples per prompt and
 returns the ``n`` with the highest cumulative log-probability (as OpenAI and
 vLLM rank them; every sample counts in ``usage``); ``echo`` puts the prompt
-before each choice's text. Log-probabilities (chat ``logprobs`` /
+before each choice's text, and with ``logprobs`` the prompt tokens' log-probabilities before the
+choice's (the first one null, as vLLM; not streamed). Log-probabilities (chat ``logprobs`` /
 ``top_logprobs``, completions ``logprobs: N``) are the engine's own, see
 openai_logprobs.py. The other sampling fields (``top_k``, ``min_p``,
 ``logit_bias``, ...) are read in openai_fields.py.
@@ -125,7 +126,8 @@ class OpenAIInvocation:
                 choice["text"] = self.echo_text(r.index, ctx) + r.text
             logprobs = None
             if self.logprobs:
-                logprobs = result_logprobs(self.chat, ctx.tokenizer, r.token_ids, r.logprobs, r.top_logprobs)
+                echoed = (r.prompt_token_ids, r.prompt_logprobs) if self.echo and r.prompt_logprobs else None
+                logprobs = result_logprobs(self.chat, ctx.tokenizer, r.token_ids, r.logprobs, r.top_logprobs, echoed)
             choice.update(logprobs=logprobs, finish_reason=reason)
             choices.append(choice)
         return {**self.header(ctx, chunk=False), "choices": choices, "usage": usage(prompt, completion, cached)}
@@ -183,14 +185,18 @@ def parse_completion(body: dict) -> OpenAIInvocation:
     if top is not None and top > MAX_TOP_LOGPROBS:
         raise InvalidRequest(f"logprobs must be from 0 to {MAX_TOP_LOGPROBS}, got {top}")
     echo = bool(opt_bool(body, "echo"))
-    if echo and top is not None:
-        raise InvalidRequest("echo with logprobs is not supported: the prompt's log-probabilities are not computed")
+    if echo and top is not None and opt_bool(body, "stream"):
+        raise InvalidRequest("echo with logprobs cannot be streamed; send stream: false")
     n = opt_int(body, "n", minimum=1) or 1
     best_of = openai_fields.best_of(body, n, bool(opt_bool(body, "stream")))
     invocation = _invocation(body, prompts, chat=False, max_tokens=opt_int(body, "max_tokens", minimum=1),
                              top_logprobs=top, samples=best_of)
     if best_of > n:  # ranked by cumulative log-probability: the engine reports it even when not asked
         invocation = replace(invocation, params=[replace(p, logprobs=True) for p in invocation.params])
+    if echo and top is not None:  # the prompt's log-probabilities come first, with as many alternatives
+        params = invocation.params
+        echoed = [replace(p, prompt_logprobs=top) for p in (params if isinstance(params, list) else [params])]
+        invocation = replace(invocation, params=echoed if isinstance(params, list) else echoed[0])
     return replace(invocation, echo=tuple(prompts) if echo else ())
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..protocol import TopLogprobs
+from ..protocol import PromptLogprobs, TopLogprobs
 
 
 def token_text(tokenizer: Any, token_id: int) -> str:
@@ -27,9 +27,10 @@ class ChoiceLogprobs:
         self._chat = chat
         self._tokenizer = tokenizer
         self._offset = 0  # completions: where the next token's text starts in the choice's text
-        self._pending: list[tuple[int, float, TopLogprobs | None]] = []
+        self._pending: list[tuple[int, float | None, TopLogprobs | None]] = []
 
-    def add(self, token_id: int, logprob: float, top: TopLogprobs | None) -> None:
+    def add(self, token_id: int, logprob: float | None, top: TopLogprobs | None) -> None:
+        """``logprob`` None: an echoed prompt's first token (it has none; completions shape only)."""
         self._pending.append((token_id, logprob, top))
 
     def take(self) -> dict | None:
@@ -62,18 +63,25 @@ class ChoiceLogprobs:
             if top is not None:
                 alternatives = {token_text(self._tokenizer, t): lp for t, lp in zip(top.token_ids, top.logprobs)}
             alternatives.setdefault(text, logprob)
-            tops.append(alternatives)
+            tops.append(None if logprob is None else alternatives)  # vLLM: the prompt's first token has none
             offsets.append(self._offset)
             self._offset += len(text)
         return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": tops, "text_offset": offsets}
 
 
 def result_logprobs(chat: bool, tokenizer: Any, token_ids: list[int], logprobs: list[float] | None,
-                    tops: list[TopLogprobs] | None) -> dict | None:
-    """A whole finished choice's log-probabilities (None when it has none)."""
+                    tops: list[TopLogprobs] | None, echoed: tuple[list[int], PromptLogprobs] | None = None
+                    ) -> dict | None:
+    """A whole finished choice's log-probabilities (None when it has none); ``echoed`` (completions with echo):
+    the prompt's tokens and log-probabilities, which come first, as vLLM gives them."""
     if logprobs is None:
         return None
     choice = ChoiceLogprobs(chat, tokenizer)
+    if echoed is not None:
+        prompt_ids, prompt = echoed
+        for i, token_id in enumerate(prompt_ids):
+            top = prompt.top[i - 1] if i and prompt.top else None
+            choice.add(token_id, prompt.logprobs[i - 1] if i else None, top)
     for i, (token_id, logprob) in enumerate(zip(token_ids, logprobs)):
         choice.add(token_id, logprob, tops[i] if tops and i < len(tops) else None)
     return choice.take() or ({"content": []} if chat else None)

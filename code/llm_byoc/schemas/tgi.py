@@ -18,8 +18,12 @@ forces greedy. Sampling without a temperature uses 1.0. ``grammar``
 TGI's other fields: ``truncate`` keeps the prompt's last N tokens; ``typical_p`` is typical
 sampling (as transformers' TypicalLogitsWarper); ``top_n_tokens`` adds the N likeliest tokens of
 each step (``details.top_tokens``, and ``top_tokens`` on each stream event); ``frequency_penalty``
-as OpenAI's. ``watermark``, ``decoder_input_details`` (prompt log-probabilities) and ``best_of``
-above 1 we cannot honour: false (or 1) is accepted, anything else refused naming the field.
+as OpenAI's. ``decoder_input_details`` adds ``details.prefill``: each prompt token with its
+log-probability under the model (the first one's null), not while streaming, as TGI.
+``best_of`` (up to ``MAX_BEST_OF``, sampling only, no ``seed``, not streamed: TGI's rules) draws
+that many samples of each input with seeds picked here and returns the one of highest mean
+log-probability per token, as TGI does, the others in ``details.best_of_sequences``.
+``watermark`` we cannot honour: false is accepted, true refused.
 
 TGI's own routes (``api/tgi_routes.py``) use the same parser: ``/generate`` answers one object
 (not a list) and ``/generate_stream`` numbers its events by token, as TGI does.
@@ -27,15 +31,17 @@ TGI's own routes (``api/tgi_routes.py``) use the same parser: ``/generate`` answ
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..engine.outputs import GenerationResult, TokenEvent
 from ..errors import InvalidRequest
-from ..protocol import MAX_TOP_LOGPROBS, FinishReason, SamplingParams, TopLogprobs
+from ..protocol import MAX_TOP_LOGPROBS, FinishReason, PromptLogprobs, SamplingParams, TopLogprobs
 from .structured import tgi_grammar
 from .invocation import (
+    MAX_PROMPTS,
     ResponseContext,
     opt_bool,
     opt_int,
@@ -48,6 +54,7 @@ from .invocation import (
     str_or_str_list,
 )
 
+MAX_BEST_OF = 8  # TGI's max_best_of (its default is 2): samples per input
 BODY_FIELDS = ("inputs", "parameters", "stream")
 PARAMETER_FIELDS = (
     "max_new_tokens",
@@ -75,8 +82,8 @@ PARAMETER_FIELDS = (
 
 @dataclass(frozen=True)
 class TGIInvocation:
-    prompts: list[str] | list[list[int]]  # what the engine gets: token ids once truncated
-    params: SamplingParams
+    prompts: list[str] | list[list[int]]  # what the engine gets (each input best_of times): token ids once truncated
+    params: SamplingParams | list[SamplingParams]  # one per prompt with best_of > 1 (each its own seed)
     stream: bool
     details: bool = False
     return_full_text: bool = False
@@ -86,30 +93,47 @@ class TGIInvocation:
     top_n_tokens: int = 0
     single: bool = False  # /generate: one object, not a list
     index_by_token: bool = False  # /generate_stream: an event's index is its token's number (from 1)
+    decoder_input_details: bool = False  # details.prefill: the prompt's tokens and log-probabilities
+    best_of: int = 1  # samples per input; the one of highest mean log-probability per token is returned
 
     def response(self, results: list[GenerationResult], ctx: ResponseContext) -> list[dict] | dict:
-        answers = [self._one(result, ctx) for result in results]
+        answers = []
+        for first in range(0, len(results), self.best_of):
+            best, *others = sorted(results[first:first + self.best_of], key=_mean_logprob, reverse=True)
+            answer = self._one(best, ctx)
+            if self.details and self.best_of > 1:
+                answer["details"]["best_of_sequences"] = [
+                    {"generated_text": self.full_text(r.index, r.text), **self._details(r, ctx)} for r in others
+                ]
+            answers.append(answer)
         return answers[0] if self.single else answers
 
     def _one(self, result: GenerationResult, ctx: ResponseContext) -> dict:
         out: dict[str, Any] = {"generated_text": self.full_text(result.index, result.text)}
         if self.details:
-            last = result.token_ids[-1] if result.token_ids else None
-            out["details"] = {
-                "finish_reason": finish_reason(result.finish_reason, last, ctx),
-                "generated_tokens": result.completion_tokens,
-                "input_length": result.prompt_tokens,
-                "cached_tokens": result.cached_tokens,
-                "seed": self.params.seed,
-                "prefill": [],
-                "tokens": _token_details(result, ctx),
-            }
-            if self.top_n_tokens:
-                out["details"]["top_tokens"] = [top_tokens_json(top, ctx) for top in result.top_logprobs or []]
+            out["details"] = self._details(result, ctx)
         return out
 
+    def _details(self, result: GenerationResult, ctx: ResponseContext) -> dict:
+        last = result.token_ids[-1] if result.token_ids else None
+        details = {
+            "finish_reason": finish_reason(result.finish_reason, last, ctx),
+            "generated_tokens": result.completion_tokens,
+            "input_length": result.prompt_tokens,
+            "cached_tokens": result.cached_tokens,
+            "seed": self.params_of(result.index).seed,
+            "prefill": _prefill(result, ctx) if self.decoder_input_details else [],
+            "tokens": _token_details(result, ctx),
+        }
+        if self.top_n_tokens:
+            details["top_tokens"] = [top_tokens_json(top, ctx) for top in result.top_logprobs or []]
+        return details
+
+    def params_of(self, index: int) -> SamplingParams:
+        return self.params[index] if isinstance(self.params, list) else self.params
+
     def full_text(self, index: int, text: str) -> str:
-        return self.inputs[index] + text if self.return_full_text else text
+        return self.inputs[index // self.best_of] + text if self.return_full_text else text
 
     def stream_writer(self, ctx: ResponseContext) -> TGIStreamWriter:
         return TGIStreamWriter(self, ctx)
@@ -144,7 +168,7 @@ class TGIStreamWriter:
                 "generated_tokens": event.completion_tokens,
                 "input_length": event.prompt_tokens,
                 "cached_tokens": event.cached_tokens,
-                "seed": self._inv.params.seed,
+                "seed": self._inv.params_of(event.index).seed,
             }
         yield payload
 
@@ -172,6 +196,20 @@ def finish_reason(reason: FinishReason, last_token: int | None, ctx: ResponseCon
     return reason.value
 
 
+def _mean_logprob(result: GenerationResult) -> float:
+    """TGI's best_of ranking: the mean log-probability of the generated tokens."""
+    logprobs = result.logprobs or ()
+    return sum(logprobs) / len(logprobs) if logprobs else float("-inf")
+
+
+def _prefill(result: GenerationResult, ctx: ResponseContext) -> list[dict]:
+    """TGI's ``details.prefill``: each prompt token, its text and log-probability (the first one's null)."""
+    scores: PromptLogprobs | None = result.prompt_logprobs
+    logprobs = [None] + (list(scores.logprobs) if scores is not None else [None] * (len(result.prompt_token_ids) - 1))
+    decode = ctx.tokenizer.decode if ctx.tokenizer is not None else (lambda _ids: "")
+    return [{"id": t, "text": decode([t]), "logprob": lp} for t, lp in zip(result.prompt_token_ids, logprobs)]
+
+
 def _token_details(result: GenerationResult, ctx: ResponseContext) -> list[dict]:
     logprobs = result.logprobs or [None] * len(result.token_ids)
     tokens = []
@@ -194,13 +232,26 @@ def parse(body: dict, tokenizer_of: Callable[[], Any] | None = None, *, route: s
     _refuse_unhonoured(parameters)
     stream = route == "generate_stream" or (route == "" and bool(opt_bool(body, "stream")))
     details = bool(opt_bool(parameters, "details"))
+    prefill = bool(opt_bool(parameters, "decoder_input_details"))
+    if prefill and stream:
+        raise InvalidRequest("decoder_input_details == true is not supported when streaming tokens")
     top_n = _top_n_tokens(parameters)
     adapter = parameters.get("adapter_id")
     if adapter is not None and (not isinstance(adapter, str) or not adapter):
         raise InvalidRequest("adapter_id must be a non-empty string")
+    best_of = _best_of(parameters, stream)
+    params = _sampling(parameters, logprobs=details or stream or bool(top_n) or best_of > 1, top_n=top_n)
+    if prefill:
+        params = replace(params, prompt_logprobs=0)
+    prompts = _truncated(texts, opt_int(parameters, "truncate", minimum=1), tokenizer_of)
+    if best_of * len(prompts) > MAX_PROMPTS:
+        raise InvalidRequest(f"best_of x inputs is {best_of * len(prompts)}; at most {MAX_PROMPTS} sequences a request")
+    if best_of > 1:  # each sample its own seed, reported in its details as TGI does
+        seeds = random.SystemRandom()
+        params = [replace(params, seed=seeds.randrange(2**63)) for _ in range(best_of * len(prompts))]
     return TGIInvocation(
-        prompts=_truncated(texts, opt_int(parameters, "truncate", minimum=1), tokenizer_of),
-        params=_sampling(parameters, logprobs=details or stream or bool(top_n), top_n=top_n),
+        prompts=[prompt for prompt in prompts for _ in range(best_of)],
+        params=params,
         stream=stream,
         details=details,
         return_full_text=bool(opt_bool(parameters, "return_full_text")),
@@ -209,7 +260,25 @@ def parse(body: dict, tokenizer_of: Callable[[], Any] | None = None, *, route: s
         top_n_tokens=top_n,
         single=route == "generate",
         index_by_token=route == "generate_stream",
+        decoder_input_details=prefill,
+        best_of=best_of,
     )
+
+
+def _best_of(parameters: dict, stream: bool) -> int:
+    """TGI's rules: up to max_best_of, with sampling, without a seed, not streamed."""
+    best_of = _or(opt_int(parameters, "best_of", minimum=1), 1)
+    if best_of == 1:
+        return 1
+    if best_of > MAX_BEST_OF:
+        raise InvalidRequest(f"`best_of` must be > 0 and <= {MAX_BEST_OF}. Given: {best_of}")
+    if _temperature(parameters) == 0:
+        raise InvalidRequest("you must use sampling when `best_of` is > 1")
+    if parameters.get("seed") is not None:
+        raise InvalidRequest("`seed` must not be set when `best_of` > 1")
+    if stream:
+        raise InvalidRequest("`best_of` != 1 is not supported when streaming tokens")
+    return best_of
 
 
 def _sampling(parameters: dict, logprobs: bool, top_n: int) -> SamplingParams:
@@ -248,16 +317,9 @@ def _top_n_tokens(parameters: dict) -> int:
 
 
 def _refuse_unhonoured(parameters: dict) -> None:
-    """The fields we cannot honour: accepted at their "off" value (clients send it), refused otherwise."""
+    """The field we cannot honour: accepted at its "off" value (clients send it), refused otherwise."""
     if opt_bool(parameters, "watermark"):
         raise InvalidRequest("watermark is not supported by this server; send false or leave it out")
-    if opt_bool(parameters, "decoder_input_details"):
-        raise InvalidRequest("decoder_input_details (the prompt's log-probabilities) is not supported by this "
-                             "server; send false or leave it out")
-    best_of = opt_int(parameters, "best_of", minimum=1)
-    if best_of is not None and best_of > 1:
-        raise InvalidRequest(f"best_of={best_of} is not supported by this server (one sequence per input); "
-                             "send 1 or leave it out")
 
 
 def _typical_p(parameters: dict) -> float:

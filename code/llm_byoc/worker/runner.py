@@ -31,6 +31,7 @@ from .kv_commit import KVCommitter
 from .kv_sizing import KVCacheSize, bytes_per_token, size_kv_cache
 from .loading import LoadedModel, load_model
 from .lora import AdapterStore, LoRASlots, LoRAStep, build_lora_batch
+from .prompt_logprobs import PromptLogprobsState
 from .sampler import SequenceSampling, sample
 from .token_mask import apply_token_masks, check_masks
 
@@ -43,6 +44,7 @@ class _Sequence:
     adapter: str = ""  # LoRA adapter uid ("": the base model)
     blocks: list[int] = field(default_factory=list)  # block table: block i holds positions i*bs..
     num_cached: int = 0  # tokens whose keys/values are in the cache
+    prompt: PromptLogprobsState | None = None  # only when it asked for prompt_logprobs
 
 
 class ModelRunner:
@@ -102,9 +104,12 @@ class ModelRunner:
         for seq_id in batch.preempted:
             seq = self._seqs[seq_id]
             seq.blocks, seq.num_cached = [], 0
+            if seq.prompt is not None:
+                seq.prompt.restart()
         for new in batch.new:
             sampling = SequenceSampling.create(new.params, self.vocab_size, self.device, self.eos_token_ids)
-            self._seqs[new.seq_id] = _Sequence(sampling, new.adapter)
+            prompt = None if new.params.prompt_logprobs is None else PromptLogprobsState(new.params.prompt_logprobs)
+            self._seqs[new.seq_id] = _Sequence(sampling, new.adapter, prompt=prompt)
         for chunk in batch.chunks:
             seq = self._seqs[chunk.seq_id]
             if not seq.blocks:  # new, or preempted: it may start after a cached prefix the engine handed over
@@ -209,7 +214,24 @@ class ModelRunner:
                     seq.sampling.observe(torch.tensor(chunk.token_ids, device=self.device))
             apply_token_masks(logits, inputs.sample_seq_ids, masks)  # constrained rows (structured output)
             states = {seq_id: self._seqs[seq_id].sampling for seq_id in inputs.sample_seq_ids}
-            return sample(logits, inputs.sample_seq_ids, states)
+            samples = sample(logits, inputs.sample_seq_ids, states)
+            return self._with_prompt_logprobs(ordered, hidden, samples)
+
+    def _with_prompt_logprobs(self, ordered: list[ScheduledChunk], hidden: torch.Tensor, samples: list) -> list:
+        """Gather the prompt log-probabilities of the sequences that asked (their chunks' every row), and
+        hand them over with each one's first sample."""
+        row, finished = 0, {}
+        for chunk in ordered:  # rows in the order build_step_inputs laid them out
+            prompt = self._seqs[chunk.seq_id].prompt
+            if prompt is not None and not prompt.done:
+                rows = torch.arange(row, row + len(chunk.token_ids), device=hidden.device)
+                prompt.add_chunk(lambda r: self.decoder.logits(hidden[r]), rows, chunk.token_ids, chunk.sample)
+                if prompt.done:
+                    finished[chunk.seq_id] = prompt.result()
+            row += len(chunk.token_ids)
+        if not finished:
+            return samples
+        return [replace(s, prompt=finished[s.seq_id]) if s.seq_id in finished else s for s in samples]
 
     def _lora_slot(self, seq_id: str) -> int:
         """The LoRA slot a sequence's rows use; -1: the base model."""

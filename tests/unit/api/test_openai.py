@@ -88,7 +88,7 @@ def test_completion_stream_with_usage(client):
         ({"prompt": "a", "logit_bias": {"5": 101}}, "from -100 to 100"),
         ({"prompt": "a", "best_of": 1, "n": 2}, "best_of must be >= n"),
         ({"prompt": "a", "best_of": 3, "stream": True}, "best_of greater than n cannot be streamed"),
-        ({"prompt": "a", "echo": True, "logprobs": 1}, "echo with logprobs"),
+        ({"prompt": "a", "echo": True, "logprobs": 1, "stream": True}, "echo with logprobs cannot be streamed"),
         ({"prompt": "a", "min_p": 1.5}, "min_p must be from 0 to 1"),
         ({"prompt": "a", "top_k": -2}, "top_k must be >= -1"),
         ({"prompt": "a", "stop_token_ids": [1, -1]}, "stop_token_ids"),

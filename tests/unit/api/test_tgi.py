@@ -74,7 +74,8 @@ def test_return_full_text(client):
     "body, needle",
     [
         ({"inputs": "a", "extra": 1}, "extra"),
-        ({"inputs": "a", "parameters": {"best_of": 2}}, "best_of"),
+        ({"inputs": "a", "parameters": {"best_of": 2}}, "sampling"),
+        ({"inputs": ["a"] * 9, "parameters": {"best_of": 8, "do_sample": True}}, "best_of x inputs"),
         ({"inputs": 5}, "inputs must be a string"),
         ({"inputs": []}, "empty list"),
         ({"inputs": ["a", 3]}, r"inputs\[1\] must be a string"),
@@ -137,3 +138,56 @@ def test_stream_stop_string_ends_with_a_tokenless_event(client):
     assert events[-1]["token"]["id"] is None
     assert events[-1]["generated_text"] == "fe"
     assert events[-1]["details"]["finish_reason"] == "stop_sequence"
+
+
+def _result(index, text, logprobs, prompt=None):
+    from llm_byoc.engine.outputs import GenerationResult
+    from llm_byoc.protocol import FinishReason
+
+    return GenerationResult(index, text, [ord(c) for c in text], FinishReason.LENGTH, 3, len(text), logprobs,
+                            prompt_token_ids=[104, 105, 33], prompt_logprobs=prompt)
+
+
+class _Chars:
+    def decode(self, ids):
+        return "".join(chr(i) for i in ids)
+
+
+def test_decoder_input_details_answers_the_prefill():
+    from llm_byoc.protocol import PromptLogprobs
+    from llm_byoc.schemas.invocation import ResponseContext
+
+    inv = tgi.parse({"inputs": "hi!", "parameters": {"details": True, "decoder_input_details": True}}, route="generate")
+    assert inv.params.prompt_logprobs == 0
+    ctx = ResponseContext("r", "m", tokenizer=_Chars())
+    out = inv.response([_result(0, "ab", [-0.5, -0.5], PromptLogprobs([-1.5, -2.5]))], ctx)
+    assert out["details"]["prefill"] == [{"id": 104, "text": "h", "logprob": None},
+                                         {"id": 105, "text": "i", "logprob": -1.5},
+                                         {"id": 33, "text": "!", "logprob": -2.5}]
+    plain = tgi.parse({"inputs": "hi!", "parameters": {"details": True}}, route="generate")
+    assert plain.params.prompt_logprobs is None and plain.response([_result(0, "ab", [-0.5] * 2)], ctx)[
+        "details"]["prefill"] == []
+
+
+def test_best_of_returns_the_sample_of_highest_mean_logprob_and_the_others_in_details():
+    inv = tgi.parse({"inputs": ["p", "q"], "parameters": {"best_of": 3, "do_sample": True, "details": True,
+                                                          "return_full_text": True}})
+    assert inv.prompts == ["p"] * 3 + ["q"] * 3 and inv.best_of == 3
+    seeds = [p.seed for p in inv.params]
+    assert all(p.logprobs for p in inv.params) and len(set(seeds)) == 6 and None not in seeds  # each its own seed
+    results = [_result(0, "aa", [-1.0, -1.0]), _result(1, "bbb", [-0.1, -0.1, -2.5]), _result(2, "c", [-0.8]),
+               _result(3, "d", [-3.0]), _result(4, "e", [-0.2]), _result(5, "f", [-0.3])]
+    answers = inv.response(results, tgi_ctx())
+    assert [a["generated_text"] for a in answers] == ["pc", "qe"]  # mean, not sum: "bbb" sums to -2.7, mean -0.9
+    assert answers[0]["details"]["seed"] == seeds[2]
+    others = answers[0]["details"]["best_of_sequences"]
+    assert [(o["generated_text"], o["seed"]) for o in others] == [("pbbb", seeds[1]), ("paa", seeds[0])]
+    assert others[0]["generated_tokens"] == 3 and others[0]["finish_reason"] == "length"
+    quiet = tgi.parse({"inputs": "p", "parameters": {"best_of": 2, "temperature": 0.5}}, route="generate")
+    assert quiet.response([_result(0, "x", [-2.0]), _result(1, "y", [-1.0])], tgi_ctx()) == {"generated_text": "y"}
+
+
+def tgi_ctx():
+    from llm_byoc.schemas.invocation import ResponseContext
+
+    return ResponseContext("r", "m", tokenizer=_Chars())

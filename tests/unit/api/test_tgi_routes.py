@@ -47,8 +47,9 @@ def test_top_n_tokens_and_typical_p_reach_the_engine(client, engine):
 
 @pytest.mark.parametrize("parameters, named", [
     ({"watermark": True}, "watermark"),
-    ({"decoder_input_details": True}, "decoder_input_details"),
-    ({"best_of": 2}, "best_of"),
+    ({"best_of": 2}, "you must use sampling when `best_of` is > 1"),
+    ({"best_of": 2, "do_sample": True, "seed": 3}, "`seed` must not be set when `best_of` > 1"),
+    ({"best_of": 9, "do_sample": True}, "`best_of` must be > 0 and <= 8"),
     ({"typical_p": 1.0}, "typical_p"),
     ({"top_n_tokens": 21}, "top_n_tokens"),
     ({"truncate": 0}, "truncate"),
@@ -62,6 +63,13 @@ def test_validation_errors_are_tgis_422(client, parameters, named):
         assert set(body) == {"error", "error_type"} and body["error_type"] == "validation" and named in body["error"]
     on_invocations = client.post("/invocations", json={"inputs": "ab", "parameters": parameters})
     assert on_invocations.status_code == 400 and on_invocations.get_json()["type"] == "invalid_request"  # ours there
+
+
+def test_what_tgi_cannot_stream_is_refused_on_generate_stream(client):
+    for parameters, named in (({"decoder_input_details": True}, "decoder_input_details"),
+                              ({"best_of": 2, "do_sample": True}, "streaming")):
+        response = client.post("/generate_stream", json={"inputs": "ab", "parameters": parameters})
+        assert response.status_code == 422 and named in response.get_json()["error"]
 
 
 def test_the_off_values_clients_send_are_accepted(client):

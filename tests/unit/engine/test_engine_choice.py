@@ -141,6 +141,23 @@ def test_a_vllm_output_becomes_our_update():
     assert quiet.logprobs is None and quiet.top_logprobs is None
 
 
+def test_vllm_prompt_logprobs_become_ours():
+    # vLLM's prompt_logprobs: None for the first token, then the prompt token (any rank) plus the top-k by rank
+    positions = [None, {12: SimpleNamespace(logprob=-3.0, rank=4), 2: SimpleNamespace(logprob=-0.2, rank=1)},
+                 {13: SimpleNamespace(logprob=-0.4, rank=1)}]
+    completion = SimpleNamespace(token_ids=[7], finish_reason=None, logprobs=None)
+    output = SimpleNamespace(outputs=[completion], num_cached_tokens=0, prompt_token_ids=[11, 12, 13],
+                             prompt_logprobs=positions)
+    update = vllm_mapping.sequence_update("s1", output, 3, False, 0, prompt_top_k=1)
+    assert update.prompt_logprobs.logprobs == [-3.0, -0.4]
+    assert [t.token_ids for t in update.prompt_logprobs.top] == [[2], [13]]
+    assert vllm_mapping.sequence_update("s1", output, 3, False, 0, prompt_top_k=0).prompt_logprobs.top is None
+    assert vllm_mapping.sequence_update("s1", output, 3, False, 0).prompt_logprobs is None  # not asked for
+    later = SimpleNamespace(outputs=[completion], num_cached_tokens=0, prompt_token_ids=[11, 12, 13],
+                            prompt_logprobs=None)  # DELTA: only the first output carries them
+    assert vllm_mapping.sequence_update("s1", later, 3, False, 0, prompt_top_k=1).prompt_logprobs is None
+
+
 @pytest.mark.parametrize("reason, ours", [("stop", FinishReason.STOP), ("abort", FinishReason.ABORT),
                                           (None, None), ("something new", FinishReason.ERROR)])
 def test_finish_reasons(reason, ours):

@@ -8,6 +8,7 @@ from llm_byoc.errors import InvalidRequest, QueueFull
 from llm_byoc.protocol import (
     AddSequence,
     FinishReason,
+    PromptLogprobs,
     RopeByLength,
     SampledToken,
     SamplingParams,
@@ -352,6 +353,40 @@ def test_copies_of_a_prompt_wait_for_its_blocks_then_share_them():
     batch, updates = run_step(s)
     assert {c.seq_id: c.start_pos for c in batch.chunks if len(c.token_ids) > 1} == {"c1": 12, "c2": 12}
     assert {u.seq_id: u.num_cached_tokens for u in updates if u.seq_id in ("c1", "c2")} == {"c1": 12, "c2": 12}
+
+
+def test_a_sequence_asking_for_prompt_logprobs_computes_its_whole_prompt_and_leaves_its_blocks_cached():
+    s = make(block_size=4, max_batched_tokens=64)
+    prompt = list(range(20, 34))  # 14 tokens: three full blocks
+    add(s, "first", 0, max_new_tokens=1, prompt=prompt)
+    add(s, "copy", 0, max_new_tokens=1, prompt=prompt, prompt_logprobs=2)  # does not wait for first's blocks
+    batch, _ = run_step(s)
+    assert chunk_sizes(batch) == {"first": 14, "copy": 14}
+    add(s, "again", 0, max_new_tokens=3, prompt=prompt + [50], prompt_logprobs=0)
+    add(s, "later", 0, max_new_tokens=1, prompt=prompt + [51])
+    batch, updates = run_step(s)
+    starts = {c.seq_id: c.start_pos for c in batch.chunks}
+    assert starts == {"again": 0, "later": 12}  # cached blocks skipped only by the one that did not ask
+    assert {u.seq_id: u.num_cached_tokens for u in updates} == {"again": 0, "later": 12}
+    assert batch.new[0].params.prompt_logprobs == 0  # the worker is told
+
+
+def test_prompt_logprobs_from_the_worker_reach_the_first_update():
+    s = make()
+    add(s, "a", 5, max_new_tokens=2, prompt_logprobs=0)
+    batch = s.schedule()
+    prompt = PromptLogprobs([-1.0, -2.0, -3.0, -4.0])
+    updates = s.postprocess(StepOutput(batch.step_id, [SampledToken("a", 7, prompt=prompt)]))
+    assert updates[0].prompt_logprobs == prompt
+    _, updates = run_step(s)
+    assert updates[0].prompt_logprobs is None
+
+
+def test_prompt_logprobs_out_of_range_are_refused():
+    s = make()
+    for bad in (-1, 21, 1.5, True):
+        with pytest.raises(InvalidRequest, match="prompt_logprobs"):
+            add(s, f"bad{bad}", 5, prompt_logprobs=bad)
 
 
 def test_prefix_caching_off_shares_nothing():

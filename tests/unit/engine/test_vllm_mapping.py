@@ -36,5 +36,7 @@ def test_every_sampling_field_is_mapped(vllm_stub):
     assert mapped["stop_token_ids"] == [11, 12] and mapped["top_k"] == 40 and mapped["repetition_penalty"] == 1.2
     assert mapped["logprobs"] == 2 and mapped["structured_outputs"] == ("structured", {"regex": "a+"})
     assert "stop" not in mapped  # stop strings stay the front end's
+    assert mapped["prompt_logprobs"] is None
+    assert vllm_mapping.sampling_params(SamplingParams(prompt_logprobs=3), 4)["prompt_logprobs"] == 3
     plain = vllm_mapping.sampling_params(SamplingParams(), 4)
     assert plain["logit_bias"] is None and plain["stop_token_ids"] is None and plain["top_k"] == -1

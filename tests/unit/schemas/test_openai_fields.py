@@ -10,7 +10,7 @@ import pytest
 from llm_byoc.engine.outputs import GenerationResult, TokenEvent
 from llm_byoc.errors import InvalidRequest
 from llm_byoc.models.chat_template import render_chat
-from llm_byoc.protocol import FinishReason, SamplingParams
+from llm_byoc.protocol import FinishReason, PromptLogprobs, SamplingParams, TopLogprobs
 from llm_byoc.schemas.invocation import ResponseContext
 from llm_byoc.schemas.openai import ChatOptions, parse_chat, parse_completion
 
@@ -73,6 +73,24 @@ def test_echo_puts_the_prompt_before_the_text_plain_and_streamed():
     writer = streamed.stream_writer(ctx)
     chunks = list(writer.start()) + list(writer.on_event(TokenEvent(0, 1, " yes", None, FinishReason.STOP, 1, 1)))
     assert "".join(c["choices"][0]["text"] for c in chunks) == "Say yes"
+
+
+def test_echo_with_logprobs_puts_the_prompt_tokens_logprobs_first():
+    inv = parse_completion({"prompt": [[104, 105, 33]], "echo": True, "logprobs": 1, "max_tokens": 1})
+    assert inv.params.prompt_logprobs == 1  # the engine computes the prompt's, with as many alternatives
+    ctx = ResponseContext(request_id="r", model_name="m", tokenizer=TemplateTokenizer(""))
+    prompt = PromptLogprobs([-1.5, -2.5], [TopLogprobs([120], [-0.5]), TopLogprobs([33], [-2.5])])
+    done = GenerationResult(0, "?", [63], FinishReason.LENGTH, 3, 1, [-0.25], top_logprobs=[TopLogprobs([63], [-0.25])],
+                            prompt_token_ids=[104, 105, 33], prompt_logprobs=prompt)
+    choice = inv.response([done], ctx)["choices"][0]
+    assert choice["text"] == "hi!?"
+    assert choice["logprobs"] == {
+        "tokens": ["h", "i", "!", "?"], "token_logprobs": [None, -1.5, -2.5, -0.25],
+        "top_logprobs": [None, {"x": -0.5, "i": -1.5}, {"!": -2.5}, {"?": -0.25}], "text_offset": [0, 1, 2, 3],
+    }
+    with pytest.raises(InvalidRequest, match="echo with logprobs cannot be streamed"):
+        parse_completion({"prompt": "a", "echo": True, "logprobs": 0, "stream": True})
+    assert parse_completion({"prompt": "a", "echo": True}).params.prompt_logprobs is None  # not asked: not computed
 
 
 def test_best_of_returns_the_n_samples_of_highest_cumulative_logprob():
