@@ -40,7 +40,8 @@ def _folder_like(tiny_llama_dir, tmp_path, name, model) -> str:
 def test_unsupported_family_is_refused_before_loading_weights(tiny_llama_dir, tmp_path):
     model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=384, n_positions=64))
     folder = _folder_like(tiny_llama_dir, tmp_path, "gpt2", model)
-    with pytest.raises(ModelLoadError, match="'gpt2' is not supported; supported: llama, mistral, mixtral, opt, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe"):
+    with pytest.raises(ModelLoadError, match="'gpt2' is not supported; supported: gemma2, gemma3_text, llama, mistral, mixtral, opt, phi3, qwen2, "
+                                         "qwen2_moe, qwen3, qwen3_moe"):
         load_model(EngineConfig(model=folder))
 
 
@@ -68,11 +69,10 @@ def test_rope_that_depends_on_the_batch_is_refused():
         check_supported(config, 256)
 
 
-def test_sliding_window_shorter_than_the_context_is_refused():
-    config = MistralConfig(sliding_window=128)
-    with pytest.raises(ModelLoadError, match="LLM_BYOC_MAX_MODEL_LEN <= 128"):
-        check_supported(config, 256)
-    check_supported(config, 128)
+def test_a_sliding_window_shorter_than_the_context_is_taken_and_a_negative_one_refused():
+    check_supported(MistralConfig(sliding_window=128), 256)
+    with pytest.raises(ModelLoadError, match="sliding_window must be a positive integer, not -4"):
+        check_supported(MistralConfig(sliding_window=-4), 256)
 
 
 def test_context_longer_than_the_model_is_refused(tiny_opt_dir):
