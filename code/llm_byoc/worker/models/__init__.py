@@ -2,7 +2,9 @@
 
 Each decoder keeps the weights, not modules, and exposes ``num_layers``,
 ``num_heads``, ``num_kv_heads``, ``head_dim``, ``forward(inputs, cache) -> [T,
-hidden]`` and ``logits(hidden_rows) -> [S, vocab]``. ``load_decoder`` builds one
+hidden]`` and ``logits(hidden_rows) -> [S, vocab]``; one with sliding-window
+layers names their window (``sliding_window``, else None or absent), which the
+runner builds each step's inputs for. ``load_decoder`` builds one
 straight from config.json and the safetensors files, without transformers;
 ``build_decoder`` builds one on a loaded transformers model, for what the native
 path does not take (``native_unsupported`` says why).
@@ -79,7 +81,7 @@ def check_supported(config, max_model_len: int) -> None:
     if getattr(config, "use_bidirectional_attention", None):
         raise ModelLoadError(f"{model_type} with use_bidirectional_attention (an encoder) is not supported")
     window = getattr(config, "sliding_window", None)
-    if model_type != "opt" and any(layer_windows(config)) and (not isinstance(window, int) or window < 1):
+    if any(layer_windows(config)) and (not isinstance(window, int) or window < 1):
         raise ModelLoadError(f"{model_type}: sliding_window must be a positive integer, not {window!r}")
 
 
