@@ -140,7 +140,7 @@ def _cascade(
     values = _gather(v_cache, shared.gather, 1, shared.length)
     # every query head of every row against its KV head: [1, KVH, group * T, D], rows (g, t)
     folded = queries.view(rows, kv_heads, group, dim).permute(1, 2, 0, 3).reshape(1, kv_heads, group * rows, dim)
-    prefix_out, prefix_lse = _FLASH_CPU(folded, keys, values, scale=scale)[:2]  # [1, KVH, group*T, D], [1, KVH, group*T]
+    prefix_out, prefix_lse = _FLASH_CPU(folded, keys, values, scale=scale)[:2]  # [1, KVH, gT, D], [1, KVH, gT]
     prefix_out = prefix_out.reshape(kv_heads, group, rows, dim).permute(2, 0, 1, 3).reshape(rows, heads, dim)
     prefix_lse = prefix_lse.reshape(kv_heads, group, rows).permute(2, 0, 1).reshape(rows, heads)
     own_out, own_lse = [], []

@@ -40,8 +40,8 @@ def _folder_like(tiny_llama_dir, tmp_path, name, model) -> str:
 def test_unsupported_family_is_refused_before_loading_weights(tiny_llama_dir, tmp_path):
     model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=384, n_positions=64))
     folder = _folder_like(tiny_llama_dir, tmp_path, "gpt2", model)
-    with pytest.raises(ModelLoadError, match="'gpt2' is not supported; supported: gemma2, gemma3_text, llama, mistral, mixtral, opt, phi3, qwen2, "
-                                         "qwen2_moe, qwen3, qwen3_moe"):
+    with pytest.raises(ModelLoadError, match="'gpt2' is not supported; supported: gemma2, gemma3_text, llama, mistral, "
+                                             "mixtral, opt, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe"):
         load_model(EngineConfig(model=folder))
 
 
