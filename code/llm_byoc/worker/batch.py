@@ -18,11 +18,19 @@ share a system prompt or a document and were admitted behind its cached
 blocks) form a ``SharedPrefix`` when the device can run cascade attention
 (``attention.CASCADE_DEVICES``): their queries attend over the shared prefix
 in one call, so the prefix is gathered once, not once per chunk.
+
+A model with sliding-window layers (``window``) gets a second set of indices
+for those layers, ``StepInputs.windowed``, whenever some row's context is
+longer than the window: a query at position p attends over keys p-window+1..p
+only (transformers' ``kv_idx > q_idx - sliding_window``), so each decode row
+gathers at most ``window`` keys, and each prefill chunk its window's keys
+under a banded mask. Cascade groups are not formed there (each chunk's window
+is its own).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -50,8 +58,8 @@ class PrefillSpan:
     row: int
     length: int
     start: int
-    gather: torch.Tensor | None  # [start + length] slots of the cached prefix and this chunk; None if start == 0
-    mask: torch.Tensor | None  # [1, 1, length, start + length] bool causal mask; None if start == 0
+    gather: torch.Tensor | None  # [K] slots of the keys it attends over (cached ones and its own); None: its own
+    mask: torch.Tensor | None  # [1, 1, length, K] bool; None (only with gather None): causal over its own keys
 
 
 @dataclass(frozen=True)
@@ -75,6 +83,8 @@ class StepInputs:
     sample_seq_ids: list[str]  # sequence of each sample row, same order
     shared_prefixes: list[SharedPrefix] = ()  # prefill chunks attended by cascade (not in ``prefills``)
     rope_lengths: list[int] | None = None  # [T]: each row's sequence length as RoPE sees it; None: not needed
+    window: int | None = None  # the sliding window these inputs were built for
+    windowed: "StepInputs | None" = None  # the indices of sliding-window layers; None: these serve them too
 
 
 def length_bucket(kv_len: int) -> int:
@@ -94,13 +104,14 @@ def order_chunks(chunks: list[ScheduledChunk], lora_slot=None) -> list[Scheduled
 
 def build_step_inputs(
     chunks: list[ScheduledChunk], tables: dict[str, list[int]], block_size: int, device: torch.device,
-    cascade: bool = False, rope_lengths: bool = False,
+    cascade: bool = False, rope_lengths: bool = False, window: int | None = None,
 ) -> StepInputs:
     """``chunks`` in ``order_chunks`` order; ``tables``: each sequence's block table, this step's blocks included.
     ``cascade``: group prefill chunks behind the same cached blocks into ``SharedPrefix``es. ``rope_lengths``:
     the model's RoPE depends on the length (``protocol.RopeByLength``): a row at position p of a sequence with
     ``rope_length`` L is rotated as transformers' forward over max(L, p + 1) tokens rotates it (the prompt's
-    length for every prompt token, chunked or not; p + 1 for a generated one)."""
+    length for every prompt token, chunked or not; p + 1 for a generated one). ``window``: the model's sliding
+    window (None: it has none)."""
     token_ids: list[int] = []
     positions: list[int] = []
     slots: list[int] = []
@@ -136,11 +147,58 @@ def build_step_inputs(
     def as_tensor(values: list[int]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long, device=device)
 
-    return StepInputs(
+    inputs = StepInputs(
         as_tensor(token_ids), as_tensor(positions), as_tensor(slots),
         _decode_groups(singles, tables, block_size, device), prefills,
-        as_tensor(sample_rows), sample_seq_ids, shared, lengths,
+        as_tensor(sample_rows), sample_seq_ids, shared, lengths, window,
     )
+    if window is None or all(c.start_pos + len(c.token_ids) <= window for c in chunks):
+        return inputs
+    return replace(inputs, windowed=_windowed(inputs, chunks, tables, block_size, device, window))
+
+
+def _windowed(inputs: StepInputs, chunks: list[ScheduledChunk], tables: dict[str, list[int]], block_size: int,
+              device: torch.device, window: int) -> StepInputs:
+    """``inputs`` with the attention indices of sliding-window layers: the same decode groups over each row's
+    last ``window`` keys, every prefill chunk over its window (no cascade)."""
+    singles = [c for c in chunks if len(c.token_ids) == 1]
+    groups = [_window_group(g, singles[g.row_lo : g.row_hi], tables, block_size, device, window)
+              for g in inputs.decode_groups]
+    spans, row = [], 0
+    for chunk in chunks:
+        if len(chunk.token_ids) > 1:
+            spans.append(_window_span(row, chunk, tables[chunk.seq_id], block_size, device, window))
+        row += len(chunk.token_ids)
+    return replace(inputs, decode_groups=groups, prefills=spans, shared_prefixes=[], windowed=None)
+
+
+def _window_group(group: DecodeGroup, chunks, tables, block_size: int, device, window: int) -> DecodeGroup:
+    """``group``'s rows over their last ``window`` keys each, right-aligned: [B, min(window, longest)]."""
+    lengths = [c.start_pos + 1 for c in chunks]
+    kv_len = min(window, max(lengths))
+    pos = torch.tensor(lengths, device=device)[:, None] - kv_len + torch.arange(kv_len, device=device)  # [B, L]
+    valid = pos >= 0  # a context shorter than kv_len: padded on the left
+    slots = _slots_at([tables[c.seq_id] for c in chunks], pos.clamp(min=0), max(lengths), block_size, device)
+    mask = None
+    if min(lengths) < kv_len:
+        slots = torch.where(valid, slots, NULL_SLOT)
+        mask = valid[:, None, None, :]
+    return DecodeGroup(group.row_lo, group.row_hi, kv_len, slots.reshape(-1), mask)
+
+
+def _window_span(row: int, chunk: ScheduledChunk, table: list[int], block_size: int, device, window: int
+                 ) -> PrefillSpan:
+    """A chunk's queries over keys start-window+1..end-1, each query over the last ``window`` of them."""
+    n, start = len(chunk.token_ids), chunk.start_pos
+    end = start + n
+    if end <= window:  # no query reaches past its window
+        return _prefill_span(row, chunk, table, block_size, device)
+    keys = torch.arange(max(0, start - window + 1), end, device=device)
+    queries = torch.arange(start, end, device=device)[:, None]
+    mask = ((keys[None, :] <= queries) & (keys[None, :] > queries - window))[None, None]  # [1, 1, n, K]
+    if start == 0:  # its own keys only, already in this step's k and v
+        return PrefillSpan(row, n, start, None, mask)
+    return PrefillSpan(row, n, start, _slots_at([table], keys[None], end, block_size, device)[0], mask)
 
 
 def _shared_prefix(blocks: list[int], members: list[tuple[int, ScheduledChunk]], block_size: int,
@@ -158,6 +216,15 @@ def _slots(tables: list[list[int]], kv_len: int, block_size: int, device: torch.
     blocks = torch.tensor(padded, dtype=torch.long, device=device)  # [R, width]
     pos = torch.arange(kv_len, device=device)
     return blocks[:, pos // block_size] * block_size + pos % block_size
+
+
+def _slots_at(tables: list[list[int]], positions: torch.Tensor, end: int, block_size: int,
+              device: torch.device) -> torch.Tensor:
+    """[R, L] slots of ``positions`` [R, L] (all below ``end``) in each table."""
+    width = -(-end // block_size)
+    padded = [table[:width] + [0] * (width - len(table[:width])) for table in tables]
+    blocks = torch.tensor(padded, dtype=torch.long, device=device)  # [R, width]
+    return blocks.gather(1, positions // block_size) * block_size + positions % block_size
 
 
 def _prefill_span(row: int, chunk: ScheduledChunk, table: list[int], block_size: int, device) -> PrefillSpan:

@@ -56,7 +56,10 @@ class ModelRunner:
         self.eos_token_ids = tuple(loaded.info.eos_token_ids)  # held back from sequences with min_tokens
         self.max_len = loaded.info.max_model_len
         self.block_size = size.block_size
-        self.cascade = self.device.type in CASCADE_DEVICES  # chunks behind one cached prefix attend over it once
+        self.window = getattr(self.decoder, "sliding_window", None)  # its sliding-window layers' window, if any
+        # chunks behind one cached prefix attend over it once, in layers over the whole context without capped scores
+        self.cascade = (self.device.type in CASCADE_DEVICES and getattr(self.decoder, "attn_softcap", None) is None
+                        and not all(getattr(self.decoder, "sliding", (False,))))
         self.rope_lengths = loaded.info.rope_by_length is not None  # rows need their sequence's length
         self.cache = PagedKVCache(
             self.decoder.num_layers, size.num_blocks, size.block_size, self.decoder.num_kv_heads,
@@ -202,7 +205,8 @@ class ModelRunner:
     def _compute(self, chunks: list[ScheduledChunk], masks: dict[str, bytes]) -> list:
         ordered = order_chunks(chunks, self._lora_slot)
         tables = {c.seq_id: self._seqs[c.seq_id].blocks for c in ordered}
-        inputs = build_step_inputs(ordered, tables, self.block_size, self.device, self.cascade, self.rope_lengths)
+        inputs = build_step_inputs(ordered, tables, self.block_size, self.device, self.cascade, self.rope_lengths,
+                                   self.window)
         lora = self._lora_step(ordered, inputs)
         with torch.inference_mode():
             hidden = self.decoder.forward(inputs, self.cache, lora)  # [T, hidden]
@@ -262,7 +266,8 @@ def profile_step(loaded: LoadedModel, config: EngineConfig) -> None:
                            loaded.dtype, loaded.device)
     chunk = ScheduledChunk("profile", [0] * tokens, 0, True, blocks)
     inputs = build_step_inputs([chunk], {"profile": blocks}, size, loaded.device,
-                               rope_lengths=loaded.info.rope_by_length is not None)
+                               rope_lengths=loaded.info.rope_by_length is not None,
+                               window=getattr(decoder, "sliding_window", None))
     with torch.inference_mode():
         hidden = decoder.forward(inputs, scratch)
         decoder.logits(hidden[: loaded.info.max_num_seqs])

@@ -66,3 +66,37 @@ def test_cascade_equals_each_chunk_over_its_own_gather(dtype):
             expected = _reference(q[row].float(), kc.float(), vc.float(), slots)
             torch.testing.assert_close(results[True][row].float(), expected, atol=tolerance, rtol=tolerance)
             row += 1
+
+
+def _eager(q, k_cache, v_cache, slots, scale, softcap):
+    """transformers' eager attention of one query row [H, D] over ``slots``: scaled, capped, softmax in float32."""
+    keys = k_cache[slots].repeat_interleave(HEADS // KV_HEADS, 1).transpose(0, 1)  # [H, L, D]
+    values = v_cache[slots].repeat_interleave(HEADS // KV_HEADS, 1).transpose(0, 1)
+    scores = (keys @ q[:, :, None])[..., 0] * scale  # [H, L]
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    return (torch.softmax(scores, -1)[:, None, :] @ values)[:, 0]  # [H, D]
+
+
+@pytest.mark.parametrize("softcap", [None, 0.7])
+def test_windowed_scaled_capped_attention_is_eager_attention_over_each_rows_window(softcap):
+    """Decodes, a chunk after a cached prefix and a chunk from position 0, each row over its last 5 positions."""
+    window, scale = 5, 0.3
+    tables = {"a": [1, 2, 5], "b": [3, 4], "d1": [6, 7, 8], "d2": [9]}
+    chunks = order_chunks([ScheduledChunk("a", [1] * 4, 6, True), ScheduledChunk("b", [1] * 7, 0, True),
+                           ScheduledChunk("d1", [1], 10, True), ScheduledChunk("d2", [1], 2, True)])
+    k_cache, v_cache = _cache(12)
+    rows = sum(len(c.token_ids) for c in chunks)
+    gen = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(rows, h, DIM, generator=gen) * 2 for h in (HEADS, KV_HEADS, KV_HEADS))
+    inputs = build_step_inputs(chunks, tables, BS, CPU, window=window)
+    out = paged_attention(q, k, v, k_cache, v_cache, inputs.windowed, scale, softcap)
+    row = 0
+    for chunk in chunks:
+        table = tables[chunk.seq_id]
+        for i in range(len(chunk.token_ids)):
+            p = chunk.start_pos + i
+            slots = torch.tensor([table[j // BS] * BS + j % BS for j in range(max(0, p - window + 1), p + 1)])
+            expected = _eager(q[row], k_cache, v_cache, slots, scale, softcap)
+            torch.testing.assert_close(out[row], expected, atol=1e-5, rtol=1e-5)
+            row += 1

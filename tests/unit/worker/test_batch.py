@@ -97,3 +97,49 @@ def test_cascade_leaves_chunks_from_position_zero_and_inside_a_block_alone():
               ScheduledChunk("c", [1, 2, 3], 0, True), ScheduledChunk("d", [1, 2, 3], 0, True)]
     inputs = build_step_inputs(chunks, tables, BS, CPU, cascade=True)
     assert inputs.shared_prefixes == [] and len(inputs.prefills) == 4
+
+
+def test_windowed_layers_get_their_own_indices_only_once_a_context_passes_the_window():
+    chunks = [ScheduledChunk("a", [1], 4, True), ScheduledChunk("b", [2, 3], 0, True)]
+    inputs = build_step_inputs(chunks, {"a": [1, 2], "b": [3]}, BS, CPU, window=5)
+    assert inputs.window == 5 and inputs.windowed is None  # 5 keys at most: the plain indices serve
+    assert build_step_inputs(chunks, {"a": [1, 2], "b": [3]}, BS, CPU).window is None
+
+
+def test_a_windowed_decode_row_gathers_its_last_window_keys_right_aligned():
+    # "long" at position 9 (10 keys) sees positions 7, 8, 9; "short" at position 1 sees 0, 1 (left-padded)
+    chunks = order_chunks([ScheduledChunk("long", [1], 9, True), ScheduledChunk("short", [2], 1, True)])
+    tables = {"long": [5, 6, 7], "short": [2]}
+    inputs = build_step_inputs(chunks, tables, BS, CPU, window=3)
+    (plain,) = inputs.decode_groups
+    assert plain.kv_len == 10  # layers over the whole context still gather it all
+    (group,) = inputs.windowed.decode_groups
+    assert (group.row_lo, group.row_hi, group.kv_len) == (plain.row_lo, plain.row_hi, 3)
+    rows = dict(zip([c.seq_id for c in chunks], group.gather.view(2, 3).tolist()))
+    assert rows["long"] == [6 * 4 + 3, 7 * 4 + 0, 7 * 4 + 1]
+    assert rows["short"] == [NULL_SLOT, 2 * 4 + 0, 2 * 4 + 1]
+    masks = dict(zip([c.seq_id for c in chunks], group.mask[:, 0, 0].tolist()))
+    assert masks == {"long": [True, True, True], "short": [False, True, True]}
+    assert inputs.windowed.slot_mapping is inputs.slot_mapping and inputs.windowed.windowed is None
+
+
+def test_a_windowed_prefill_chunk_sees_a_band_of_window_keys():
+    # a chunk at positions 6..9 after 6 cached tokens, window 3: keys 4..9, query p sees p-2..p
+    tables = {"a": [1, 2, 3]}
+    chunk = ScheduledChunk("a", [1, 2, 3, 4], 6, True)
+    (span,) = build_step_inputs([chunk], tables, BS, CPU, window=3).windowed.prefills
+    assert span.gather.tolist() == [8, 9, 10, 11, 12, 13]  # positions 4..9
+    assert span.mask[0, 0].int().tolist() == [[1, 1, 1, 0, 0, 0], [0, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 0],
+                                             [0, 0, 0, 1, 1, 1]]
+    # from position 0 it attends over its own keys, under the band
+    (first,) = build_step_inputs([ScheduledChunk("a", [1] * 5, 0, True)], tables, BS, CPU, window=2).windowed.prefills
+    assert first.gather is None and first.mask[0, 0].int().tolist() == [
+        [1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [0, 1, 1, 0, 0], [0, 0, 1, 1, 0], [0, 0, 0, 1, 1]]
+
+
+def test_windowed_layers_form_no_cascade_groups():
+    tables = {"a": [3, 4, 7], "b": [3, 4, 8]}
+    chunks = [ScheduledChunk("a", [1, 2, 3], 8, True), ScheduledChunk("b", [4, 5], 8, True)]
+    inputs = build_step_inputs(chunks, tables, BS, CPU, cascade=True, window=4)
+    assert len(inputs.shared_prefixes) == 1
+    assert inputs.windowed.shared_prefixes == [] and [s.row for s in inputs.windowed.prefills] == [0, 3]

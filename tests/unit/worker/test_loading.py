@@ -78,11 +78,10 @@ def test_rope_on_part_of_each_head_that_depends_on_the_length_is_refused():
         check_supported(config, 256)
 
 
-def test_sliding_window_shorter_than_the_context_is_refused():
-    config = MistralConfig(sliding_window=128)
-    with pytest.raises(ModelLoadError, match="LLM_BYOC_MAX_MODEL_LEN <= 128"):
-        check_supported(config, 256)
-    check_supported(config, 128)
+def test_a_sliding_window_shorter_than_the_context_is_taken_and_a_negative_one_refused():
+    check_supported(MistralConfig(sliding_window=128), 256)
+    with pytest.raises(ModelLoadError, match="sliding_window must be a positive integer, not -4"):
+        check_supported(MistralConfig(sliding_window=-4), 256)
 
 
 def test_context_longer_than_the_model_is_refused(tiny_opt_dir):

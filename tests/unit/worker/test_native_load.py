@@ -17,6 +17,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import (
     AutoModelForCausalLM,
+    Gemma2Config,
+    Gemma3TextConfig,
     LlamaConfig,
     MistralConfig,
     MixtralConfig,
@@ -75,6 +77,20 @@ LAYOUTS = {
                                                num_experts=4, num_experts_per_tok=2, mlp_only_layers=[0],
                                                tie_word_embeddings=False),
     "mistral": lambda: MistralConfig(**COMMON, sliding_window=None, tie_word_embeddings=False),
+    # windows shorter than the prompts: every layer (Mistral), the layers from max_window_layers on (Qwen2)
+    "mistral-window": lambda: MistralConfig(**COMMON, sliding_window=4, tie_word_embeddings=False),
+    "qwen2-window": lambda: Qwen2Config(**COMMON, use_sliding_window=True, sliding_window=5, max_window_layers=1,
+                                        tie_word_embeddings=False),
+    # Gemma 2: layer 0 over a window of 4, capped scores (wide weights, a low cap: it matters) and logits,
+    # biases; tied as its checkpoints are
+    "gemma2-tied": lambda: Gemma2Config(**COMMON, head_dim=16, query_pre_attn_scalar=20, sliding_window=4,
+                                        attn_logit_softcapping=1.0, initializer_range=0.1, attention_bias=True),
+    # Gemma 3: q/k norms, RoPE per layer type (linear scaling on the full layers), capped logits
+    "gemma3": lambda: Gemma3TextConfig(**COMMON, head_dim=16, sliding_window=5, sliding_window_pattern=2,
+                                       final_logit_softcapping=3.0, tie_word_embeddings=False, rope_parameters={
+                                           "sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+                                           "full_attention": {"rope_type": "linear", "factor": 4.0,
+                                                              "rope_theta": 50_000.0}}),
     "opt": lambda: OPTConfig(**OPT_COMMON, tie_word_embeddings=False),
     "opt-tied-gelu": lambda: OPTConfig(**OPT_COMMON, activation_function="gelu"),
     "opt-350m-post-norm": lambda: OPTConfig(**OPT_COMMON, word_embed_proj_dim=32, do_layer_norm_before=False,
@@ -126,7 +142,8 @@ def load_both(folder: str, dtype=torch.float32):
 def prefill_logits(decoder, tokens: list[int], dtype=torch.float32) -> torch.Tensor:
     cache = PagedKVCache(decoder.num_layers, 4, 16, decoder.num_kv_heads, decoder.head_dim, dtype, CPU,
                          commit="lazy", huge_pages=False)
-    inputs = build_step_inputs([ScheduledChunk("s", tokens, 0, True, [1])], {"s": [1]}, 16, CPU)
+    inputs = build_step_inputs([ScheduledChunk("s", tokens, 0, True, [1])], {"s": [1]}, 16, CPU,
+                               window=getattr(decoder, "sliding_window", None))
     with torch.inference_mode():
         return decoder.logits(decoder.forward(inputs, cache))  # every row's logits: [T, V]
 

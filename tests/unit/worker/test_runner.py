@@ -51,8 +51,9 @@ def _shared_prefix_requests() -> list[Request]:
 
 
 @pytest.fixture(scope="module", params=["tiny_opt_dir", "tiny_llama_dir", "tiny_qwen3_dir", "tiny_phi3_dir",
-                                                "tiny_mixtral_dir", "tiny_qwen2_moe_dir",
-                                                "tiny_gpt_neox_dir", "tiny_gpt2_dir"])  # the generic path
+                                        "tiny_mixtral_dir", "tiny_qwen2_moe_dir", "tiny_mistral_dir",
+                                        "tiny_gemma2_dir", "tiny_gemma3_dir",
+                                        "tiny_gpt_neox_dir", "tiny_gpt2_dir"])  # the last two: the generic path
 def model_dir(request):
     return request.getfixturevalue(request.param)
 
@@ -106,7 +107,7 @@ def test_chunks_behind_one_cached_document_match_generate_with_cascade_on_and_of
         pytest.skip("no cascade attention on this device")
     calls = []
     real = attention._cascade
-    monkeypatch.setattr(attention, "_cascade", lambda *a: calls.append(len(a[-1].spans)) or real(*a))
+    monkeypatch.setattr(attention, "_cascade", lambda *a: calls.append(len(a[5].spans)) or real(*a))
     monkeypatch.setattr(runner, "cascade", cascade)
     requests = _behind_one_document()
     result = drive(runner, requests, num_slots=4, token_budget=32, eos_token_ids=EOS)

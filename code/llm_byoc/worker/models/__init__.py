@@ -2,7 +2,9 @@
 
 Each decoder keeps the weights, not modules, and exposes ``num_layers``,
 ``num_heads``, ``num_kv_heads``, ``head_dim``, ``forward(inputs, cache) -> [T,
-hidden]`` and ``logits(hidden_rows) -> [S, vocab]``. ``load_decoder`` builds one
+hidden]`` and ``logits(hidden_rows) -> [S, vocab]``; one with sliding-window
+layers names their window (``sliding_window``, else None or absent), which the
+runner builds each step's inputs for. ``load_decoder`` builds one
 straight from config.json and the safetensors files, without transformers;
 ``build_decoder`` builds one on a loaded transformers model, for what the native
 path does not take (``native_unsupported`` says why). Every other family runs on
@@ -20,7 +22,8 @@ from ...config import ENV_DECODER, ENV_ENGINE, ENV_TRUST_REMOTE_CODE
 from ...errors import ModelLoadError
 from ..linear import MakeLinear
 from .activations import ACTIVATIONS
-from .config import DecoderConfig, LlamaDecoderConfig, NeedsTransformers, decoder_config, uses_window_by_default
+from .config import DecoderConfig, NeedsTransformers, OPTDecoderConfig, decoder_config, layer_windows, rope_sets
+from .gemma import GemmaDecoder
 from .generic import PATH_NAME as GENERIC_PATH
 from .llama import LlamaDecoder
 from .opt import OPTDecoder
@@ -36,6 +39,8 @@ DECODERS = {
     "mixtral": LlamaDecoder,
     "qwen2_moe": LlamaDecoder,
     "qwen3_moe": LlamaDecoder,
+    "gemma2": GemmaDecoder,
+    "gemma3_text": GemmaDecoder,
     "opt": OPTDecoder,
 }
 
@@ -71,25 +76,27 @@ def check_supported(config, max_model_len: int) -> None:
     model_type = getattr(config, "model_type", None)
     check_model_type(model_type)
     rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
-    rope = rope if isinstance(rope, dict) else {}
-    rope_type = rope.get("rope_type", rope.get("type"))
-    if rope_type in LENGTH_ROPE_TYPES and rope.get("partial_rotary_factor", 1.0) != 1.0:
-        raise ModelLoadError(
-            f"rope type {rope_type!r} with partial_rotary_factor {rope['partial_rotary_factor']} (RoPE on part "
-            "of each head) is not supported"
-        )
-    if model_type == "phi3" and rope.get("partial_rotary_factor", 1.0) != 1.0:
-        raise ModelLoadError(
-            f"phi3 with partial_rotary_factor {rope['partial_rotary_factor']} (RoPE on part of each head) "
-            "is not supported"
-        )
+    sets = rope_sets(rope if isinstance(rope, dict) else {})
+    for rope in sets:
+        rope_type = rope.get("rope_type", rope.get("type"))
+        if rope_type in LENGTH_ROPE_TYPES and (len(sets) > 1 or DECODERS[model_type] is GemmaDecoder):
+            raise ModelLoadError(f"rope type {rope_type!r} on {model_type} is not supported (the Gemma decoder "
+                                 "rotates by position alone)")
+        if rope_type in LENGTH_ROPE_TYPES and rope.get("partial_rotary_factor", 1.0) != 1.0:
+            raise ModelLoadError(
+                f"rope type {rope_type!r} with partial_rotary_factor {rope['partial_rotary_factor']} (RoPE on part "
+                "of each head) is not supported"
+            )
+        if model_type == "phi3" and rope.get("partial_rotary_factor", 1.0) != 1.0:
+            raise ModelLoadError(
+                f"phi3 with partial_rotary_factor {rope['partial_rotary_factor']} (RoPE on part of each head) "
+                "is not supported"
+            )
+    if getattr(config, "use_bidirectional_attention", None):
+        raise ModelLoadError(f"{model_type} with use_bidirectional_attention (an encoder) is not supported")
     window = getattr(config, "sliding_window", None)
-    uses_window = getattr(config, "use_sliding_window", uses_window_by_default(model_type))
-    if uses_window and window is not None and window < max_model_len:
-        raise ModelLoadError(
-            f"{model_type} sliding-window attention ({window}) is not supported; "
-            f"set LLM_BYOC_MAX_MODEL_LEN <= {window}"
-        )
+    if any(layer_windows(config)) and (not isinstance(window, int) or window < 1):
+        raise ModelLoadError(f"{model_type}: sliding_window must be a positive integer, not {window!r}")
 
 
 def build_decoder(hf_model, max_model_len: int, make_linear: MakeLinear | None = None):
@@ -104,12 +111,13 @@ def native_unsupported(config: DecoderConfig, raw: dict, trust_remote_code: bool
         return "its weights are quantized"
     if trust_remote_code and raw.get("auto_map"):
         return "trust_remote_code is on and its config names its own code (auto_map)"
-    act = config.hidden_act if isinstance(config, LlamaDecoderConfig) else config.activation_function
-    if act not in ACTIVATIONS:
-        return f"activation {act!r} has no native function"
-    if isinstance(config, LlamaDecoderConfig):
-        return rope_unsupported(config.rope_parameters, config.head_dim)
-    return None
+    if isinstance(config, OPTDecoderConfig):
+        act = config.activation_function
+        return None if act in ACTIVATIONS else f"activation {act!r} has no native function"
+    if config.hidden_act not in ACTIVATIONS:
+        return f"activation {config.hidden_act!r} has no native function"
+    return next(filter(None, (rope_unsupported(rope, config.head_dim) for rope in rope_sets(config.rope_parameters))),
+                None)
 
 
 def load_decoder(folder: Path, config: DecoderConfig, device: torch.device, dtype: torch.dtype,

@@ -24,7 +24,7 @@ from ..kv_cache import PagedKVCache
 from ..linear import Linear, MakeLinear, linear_factory
 from ..lora import LoRAStep
 from .activations import activation
-from .config import FUSED_CHECKPOINT, LlamaDecoderConfig
+from .config import FUSED_CHECKPOINT, LlamaDecoderConfig, layer_windows
 from .moe import RoutedExperts
 from .rope import LENGTH_ROPE_TYPES, LengthRotary, Rotary
 from .weights import CheckpointWeights
@@ -175,7 +175,7 @@ class LlamaDecoder:
 
     def __init__(self, *, num_heads: int, num_kv_heads: int, head_dim: int, eps: float,
                  act: Callable[[torch.Tensor], torch.Tensor], rotary, embed: torch.Tensor,
-                 layers: list[LlamaLayer], norm: torch.Tensor, lm_head: Linear):
+                 layers: list[LlamaLayer], norm: torch.Tensor, lm_head: Linear, windows: tuple[int | None, ...] = ()):
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
         self.eps, self.act = eps, act
         self.rotary = rotary  # rotary(x, position_ids) -> cos, sin: rope.Rotary, or transformers' module
@@ -183,6 +183,8 @@ class LlamaDecoder:
         self.layers = layers
         self.norm = norm
         self.lm_head = lm_head  # [V, hidden]; may be the embedding (tied)
+        self.sliding = tuple(window is not None for window in windows) or (False,) * len(layers)
+        self.sliding_window = next((w for w in windows if w is not None), None)  # one window for all of them
 
     @classmethod
     def from_hf(cls, hf_model, make_linear: MakeLinear | None = None) -> "LlamaDecoder":
@@ -201,6 +203,7 @@ class LlamaDecoder:
             embed=decoder.embed_tokens.weight,
             layers=[LlamaLayer.from_hf(layer, make_linear) for layer in decoder.layers],
             norm=decoder.norm.weight, lm_head=make_linear(hf_model.lm_head.weight, None),
+            windows=layer_windows(config),
         )
 
     @classmethod
@@ -223,6 +226,7 @@ class LlamaDecoder:
             rotary=Rotary.from_parameters(config.rope_parameters, config.head_dim, config.max_position_embeddings,
                                           weights.device),
             embed=embed, layers=layers, norm=weights.tensor(base + "norm.weight", (hidden,)), lm_head=lm_head,
+            windows=layer_windows(config),
         )
 
     @property
@@ -239,10 +243,14 @@ class LlamaDecoder:
                 "gate_proj": (hidden, inter), "up_proj": (hidden, inter), "down_proj": (inter, hidden)}
 
     def forward(self, inputs: StepInputs, cache: PagedKVCache, lora: LoRAStep | None = None) -> torch.Tensor:
+        if inputs.window != self.sliding_window:
+            raise ValueError(f"step inputs built for window {inputs.window}, the model's is {self.sliding_window}")
         h = F.embedding(inputs.token_ids, self.embed)  # [T, hidden]
         cos, sin = rope_tables(self.rotary, h, inputs.positions, inputs.rope_lengths)  # [T, 1, D] each
+        local_inputs = inputs.windowed or inputs  # what sliding-window layers attend with
         for index, layer in enumerate(self.layers):
-            h = self._layer(index, layer, h, cos, sin, cache.k[index], cache.v[index], inputs, lora)
+            view = local_inputs if self.sliding[index] else inputs
+            h = self._layer(index, layer, h, cos, sin, cache.k[index], cache.v[index], view, lora)
         return h
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
