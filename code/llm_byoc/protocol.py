@@ -87,6 +87,7 @@ class SamplingParams:
     min_p: float = 0.0  # tokens below min_p x the likeliest token's probability are dropped (sampling only)
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias) added to the logits before anything else
     stop_token_ids: tuple[int, ...] = ()  # generating one of these ends the sequence (STOP), as EOS does
+    speculative: bool = True  # False: never speculate for this sequence (set by the engine too, when it cannot)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop", tuple(self.stop))
@@ -249,6 +250,7 @@ class ScheduledChunk:
     sample: bool
     block_ids: list[int] = field(default_factory=list)
     rope_length: int = 0  # RopeByLength models: the sequence's prompt length (0 otherwise); see RopeByLength
+    num_draft: int = 0  # speculative decoding: the last num_draft tokens are proposals to verify (sample is true)
 
 
 @dataclass(frozen=True)
@@ -435,6 +437,20 @@ class KVCacheStats:
 
 
 @dataclass(frozen=True)
+class SpecDecodeStats:
+    """Speculative decoding since start-up (vLLM's spec_decode counters)."""
+
+    method: str
+    num_drafts: int = 0  # verify chunks scheduled
+    num_draft_tokens: int = 0  # tokens proposed
+    num_accepted_tokens: int = 0  # proposed tokens the model agreed with
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else 0.0
+
+
+@dataclass(frozen=True)
 class HealthReport:
     state: EngineState
     detail: str = ""
@@ -443,6 +459,7 @@ class HealthReport:
     num_running: int = 0
     kv_cache: KVCacheStats | None = None
     lora: LoRAStats | None = None
+    spec_decode: SpecDecodeStats | None = None  # None: speculation off
 
 
 # --- codec ----------------------------------------------------------------------
@@ -479,6 +496,7 @@ _CODEC = MessageCodec(
         SessionCommand,
         SessionReply,
         KVCacheStats,
+        SpecDecodeStats,
         HealthReport,
         AdapterSpec,
         AdapterActivation,
