@@ -460,10 +460,14 @@ class Scheduler:
     def postprocess(self, output: StepOutput) -> list[SequenceUpdate]:
         """Cache the blocks the step filled, append sampled tokens, apply stop rules;
         one update per sequence that advanced."""
+        drafts, self._drafts = self._drafts, {}
+        for seq in self._scheduled:
+            if seq.status is SequenceStatus.RUNNING and seq.seq_id not in drafts:
+                self.kv.cache_computed(seq)
+        self._scheduled = []
         self._fail_adapter_loads(self.adapters.on_step_done(output.adapter_results))
         updates: list[SequenceUpdate] = []
         expected, self._expect_sample = self._expect_sample, set()
-        drafts, self._drafts = self._drafts, {}
         by_seq: dict[str, list[SampledToken]] = {}
         for sample in output.samples:  # a verified chunk returns several, in order
             by_seq.setdefault(sample.seq_id, []).append(sample)
@@ -479,13 +483,8 @@ class Scheduler:
             if proposed:
                 seq.num_computed += accepted  # their keys and values were written in this step
                 self.spec.record(seq_id, len(proposed), accepted)
+                self.kv.trim(seq)  # the blocks of rejected proposals go back
             updates.append(self._append(seq, samples))
-        for seq in self._scheduled:
-            if seq.status is SequenceStatus.RUNNING:
-                if seq.seq_id in drafts:
-                    self.kv.trim(seq)  # the blocks of rejected proposals go back
-                self.kv.cache_computed(seq)
-        self._scheduled = []
         for seq_id in expected:  # the worker skipped a sequence: fail it, never stall it
             seq = self._running.get(seq_id)
             if seq is not None:
@@ -505,8 +504,9 @@ class Scheduler:
             reason = self.structured.after_token(seq, sample.token_id, self._stop_reason(seq, sample.token_id))
             if reason is not None:
                 break
+        seq.num_computed = min(seq.num_computed, seq.num_tokens - 1)  # a stop inside an accepted run
+        self.kv.cache_computed(seq)  # accepted proposals are known now: their full blocks are hashed
         if reason is not None:
-            seq.num_computed = min(seq.num_computed, seq.num_tokens - 1)
             self._finish(seq, reason)
         logprobs = None if taken[0].logprob is None else [s.logprob for s in taken]
         tops = None if taken[0].top is None else [s.top for s in taken]

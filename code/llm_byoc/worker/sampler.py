@@ -145,13 +145,9 @@ def processed_logits(logits: torch.Tensor, state: SequenceSampling) -> torch.Ten
 
 
 def race_draw(probs: torch.Tensor, state: SequenceSampling) -> int:
-    """probs: [V] -> argmax probs / E, E iid Exp(1): token x with probability probs[x]. With a seed, the noise
-    of the sequence's n-th token comes from (seed, n) alone; else from the sequence's generator."""
-    generator = state.generator
-    if state.params.seed is not None:
-        generator = torch.Generator(device=probs.device)
-        generator.manual_seed((state.params.seed * 1_000_003 + state.num_sampled) & 0x7FFF_FFFF_FFFF_FFFF)
-    noise = torch.empty_like(probs).exponential_(generator=generator)
+    """probs: [V] -> argmax probs / E, E iid Exp(1) from the sequence's generator: token x with probability
+    probs[x]. One noise vector per token generated, whether it came from a verified proposal or not."""
+    noise = torch.empty_like(probs).exponential_(generator=state.generator)
     return int(torch.argmax(probs / noise))
 
 

@@ -14,9 +14,10 @@ argmax p(x) / E(x), E iid Exp(1), which picks x with probability p(x)). For a
 proposal x that is the standard rejection rule for a deterministic (one-hot)
 draft: x is accepted with probability p(x), and on rejection the token is
 distributed as p with x removed and renormalised; the output distribution is
-unchanged. With a seed the noise of the n-th generated token comes from
-(seed, n) alone, so a seeded output does not depend on which steps speculated,
-how many proposals were accepted, or what else was in the batch.
+unchanged. Rows after the first rejection are never drawn, so the sequence's
+generator gives exactly one noise vector per generated token: a seeded output
+does not depend on which steps speculated, how many proposals were accepted,
+or what else was in the batch.
 """
 
 from __future__ import annotations

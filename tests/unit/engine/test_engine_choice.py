@@ -174,3 +174,24 @@ def test_vllm_is_not_handed_a_folder_whose_code_it_would_have_to_run(tmp_path):
     vllm_mapping.check_folder_for_vllm(tmp_path, {**remote, "model_type": "llama"}, False, {"llama"})  # a known type
     with pytest.raises(ModelLoadError, match="no .safetensors weights"):
         vllm_mapping.check_folder_for_vllm(tmp_path / "empty", {"model_type": "llama"}, False, {"llama"})
+
+
+def test_llm_byoc_speculative_maps_onto_vllms_ngram_config_unless_the_json_is_given():
+    config = EngineConfig.from_env({"LLM_BYOC_SPECULATIVE": "ngram", "LLM_BYOC_NUM_SPECULATIVE_TOKENS": "3",
+                                    "LLM_BYOC_NGRAM_MIN": "2", "LLM_BYOC_NGRAM_MAX": "5"})
+    assert _args(config)["speculative_config"] == {"method": "ngram", "num_speculative_tokens": 3,
+                                                   "prompt_lookup_min": 2, "prompt_lookup_max": 5}
+    given = EngineConfig(speculative_method="ngram", speculative_config=json.dumps({"method": "eagle"}))
+    assert _args(given)["speculative_config"] == {"method": "eagle"}
+    assert "speculative_config" not in _args(EngineConfig())
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"LLM_BYOC_SPECULATIVE": "draft"}, "draft .* is not built yet"),
+    ({"LLM_BYOC_SPECULATIVE": "medusa"}, "must be one of off, ngram, draft"),
+    ({"LLM_BYOC_SPECULATIVE": "ngram", "LLM_BYOC_NGRAM_MIN": "4", "LLM_BYOC_NGRAM_MAX": "2"}, "min <= max"),
+    ({"LLM_BYOC_NUM_SPECULATIVE_TOKENS": "0"}, "from 1 to 16"),
+])
+def test_bad_speculative_settings_are_refused_at_start(env, message):
+    with pytest.raises(ConfigError, match=message):
+        EngineConfig.from_env(env)
