@@ -52,6 +52,7 @@ PARAMETER_FIELDS = (
     "return_full_text",
     "details",
     "ignore_eos",
+    "speculative",
     "adapter_id",
     "grammar",
 )
@@ -164,6 +165,7 @@ def parse(body: dict) -> TGIInvocation:
         ignore_eos=bool(opt_bool(parameters, "ignore_eos")),
         logprobs=details or stream,
         grammar=tgi_grammar(parameters.get("grammar")),
+        speculative=opt_bool(parameters, "speculative") is not False,
     )
     adapter = parameters.get("adapter_id")
     if adapter is not None and (not isinstance(adapter, str) or not adapter):

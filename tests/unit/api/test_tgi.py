@@ -137,3 +137,10 @@ def test_stream_stop_string_ends_with_a_tokenless_event(client):
     assert events[-1]["token"]["id"] is None
     assert events[-1]["generated_text"] == "fe"
     assert events[-1]["details"]["finish_reason"] == "stop_sequence"
+
+
+def test_speculative_false_opts_a_request_out_of_speculation():
+    assert tgi.parse({"inputs": "a"}).params.speculative is True
+    assert tgi.parse({"inputs": "a", "parameters": {"speculative": False}}).params.speculative is False
+    with pytest.raises(InvalidRequest):
+        tgi.parse({"inputs": "a", "parameters": {"speculative": "no"}})
