@@ -88,3 +88,18 @@ def test_no_proposals_when_opted_out_constrained_penalised_or_the_batch_is_full(
     step(off, {"a": [11]})
     batch, _ = step(off, {})
     assert batch.chunks[0].num_draft == 0 and off.spec_stats() is None
+
+
+def test_the_engine_settings_reach_the_scheduler():
+    from llm_byoc.config import EngineConfig
+    from llm_byoc.protocol import ModelInfo
+
+    info = ModelInfo("llama", "/m", 100, 256, [2], "cpu", "float32", max_num_seqs=4, load_time_s=0.0,
+                     num_kv_blocks=65, kv_block_size=4)
+    config = EngineConfig.from_env({"LLM_BYOC_SPECULATIVE": "ngram", "LLM_BYOC_NUM_SPECULATIVE_TOKENS": "3",
+                                    "LLM_BYOC_NGRAM_MAX": "2", "LLM_BYOC_SPECULATIVE_MAX_NUM_SEQS": "1",
+                                    "LLM_BYOC_SPECULATIVE_MIN_ACCEPTANCE": "0.5"})
+    limits = SchedulerLimits.from_config(config, info)
+    assert (limits.speculative, limits.num_speculative_tokens, limits.ngram_min, limits.ngram_max,
+            limits.spec_max_num_seqs, limits.spec_min_acceptance) == ("ngram", 3, 1, 2, 1, 0.5)
+    assert SchedulerLimits.from_config(EngineConfig(), info).speculative == "off"
