@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -106,10 +107,11 @@ def one_mode(mode: str, model: str, log_dir: Path) -> dict:
     server = ServeProcess(env, log_dir / f"spec-{mode}-{time.time():.0f}.log")
     try:
         server.wait_ready(900)
-        figures = {"mode": mode, "c1": copy_heavy(server.url, 1), "c4": copy_heavy(server.url, 4)}
+        figures = {"mode": mode, "loadavg_at_start": os.getloadavg(), "c1": copy_heavy(server.url, 1), "c4": copy_heavy(server.url, 4)}
         before = spec_counts(server.url)
         figures["w1"] = run_w1(server.url)
         after = spec_counts(server.url)
+        figures["loadavg_at_end"] = os.getloadavg()
         figures["w1_proposed_tokens"], figures["w1_accepted_tokens"] = after[0] - before[0], after[1] - before[1]
     finally:
         server.stop()
@@ -119,12 +121,13 @@ def one_mode(mode: str, model: str, log_dir: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--first", choices=("off", "ngram"), default="off", help="the mode the first round starts with")
     parser.add_argument("--json", type=Path, default=Path("benchmarks/results/issue29_spec.json"))
     args = parser.parse_args(argv)
     model = model_or_default("")
     runs = []
     for round_index in range(args.rounds):
-        order = ("off", "ngram") if round_index % 2 == 0 else ("ngram", "off")
+        order = ("off", "ngram") if (round_index % 2 == 0) == (args.first == "off") else ("ngram", "off")
         for mode in order:
             result = one_mode(mode, model, Path("/tmp/spec_bench_logs"))
             runs.append(result)
