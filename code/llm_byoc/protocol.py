@@ -87,7 +87,7 @@ class SamplingParams:
     min_p: float = 0.0  # tokens below min_p x the likeliest token's probability are dropped (sampling only)
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias) added to the logits before anything else
     stop_token_ids: tuple[int, ...] = ()  # generating one of these ends the sequence (STOP), as EOS does
-    speculative: bool = True  # False: never speculate for this sequence (set by the engine too, when it cannot)
+    speculative: bool = True  # False: never speculate for this sequence (engine/speculative.py)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop", tuple(self.stop))

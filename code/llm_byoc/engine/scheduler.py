@@ -77,7 +77,7 @@ tokens are ever hashed into the prefix cache.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from collections import Counter
 
@@ -225,8 +225,6 @@ class Scheduler:
         if request.session_id:
             self.sessions.check(request.session_id)
         self._arrivals += 1
-        if request.params.speculative and (self.spec is None or not can_speculate(request.params)):
-            request = replace(request, params=replace(request.params, speculative=False))  # the worker reads it
         namespace = f"lora:{adapter.uid}" if adapter is not None else ""
         seq = Sequence(request.seq_id, list(request.prompt_token_ids), request.params, arrival=self._arrivals,
                        cache_namespace=namespace, adapter=adapter, session_id=request.session_id)
@@ -335,7 +333,7 @@ class Scheduler:
 
     def _propose(self, seq: Sequence, budget: int) -> list[int]:
         """Proposed tokens for a decoding sequence, within the budget, max_new_tokens and the window."""
-        if not seq.params.speculative or seq.seq_id not in self._running or not self.spec.enabled(seq.seq_id):
+        if not can_speculate(seq.params) or seq.seq_id not in self._running or not self.spec.enabled(seq.seq_id):
             return []
         limits = self.limits
         k = min(limits.num_speculative_tokens, budget, seq.params.max_new_tokens - seq.num_generated - 1,

@@ -144,21 +144,12 @@ def processed_logits(logits: torch.Tensor, state: SequenceSampling) -> torch.Ten
     return logits
 
 
-def race_draw(probs: torch.Tensor, state: SequenceSampling) -> int:
-    """probs: [V] -> argmax probs / E, E iid Exp(1) from the sequence's generator: token x with probability
-    probs[x]. One noise vector per token generated, whether it came from a verified proposal or not."""
-    noise = torch.empty_like(probs).exponential_(generator=state.generator)
-    return int(torch.argmax(probs / noise))
-
-
 def sample_row(logits: torch.Tensor, state: SequenceSampling) -> tuple[int, float | None, TopLogprobs | None]:
     """logits: [V] float32 for one sequence -> (token id, logprob or None, top logprobs or None)."""
     params = state.params
     logits = processed_logits(logits, state)
     if params.greedy:
         token = int(torch.argmax(logits))
-    elif params.speculative:  # the draw speculative verification can reproduce (worker/speculative.py)
-        token = race_draw(logits.softmax(-1), state)
     else:
         token = int(torch.multinomial(logits.softmax(-1), 1, generator=state.generator))
     if not params.logprobs:

@@ -8,16 +8,14 @@ proposal, the proposal is accepted and the next row is read; the first token
 that differs (or the row after the last proposal, the bonus token) ends it.
 
 Greedy: the pick is the argmax, so the output is token for token the output
-without speculation. Sampled: a sequence that may speculate draws every token,
-speculating or not, by the exponential race (``sampler.race_draw``:
-argmax p(x) / E(x), E iid Exp(1), which picks x with probability p(x)). For a
-proposal x that is the standard rejection rule for a deterministic (one-hot)
-draft: x is accepted with probability p(x), and on rejection the token is
-distributed as p with x removed and renormalised; the output distribution is
-unchanged. Rows after the first rejection are never drawn, so the sequence's
-generator gives exactly one noise vector per generated token: a seeded output
-does not depend on which steps speculated, how many proposals were accepted,
-or what else was in the batch.
+without speculation. Sampled: the row's token y is drawn from the row's
+distribution p with the sequence's generator, and the proposal x is accepted
+when y == x. For a deterministic (one-hot) draft that is the standard
+rejection rule: x is accepted with probability p(x), and on rejection y is
+distributed as p with x removed and renormalised, so the output distribution
+is unchanged. Rows after the first rejection are never drawn, so the
+generator makes exactly one draw per generated token, as without speculation:
+a seeded output is the same whether, where and how much was speculated.
 """
 
 from __future__ import annotations

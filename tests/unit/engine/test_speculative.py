@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from llm_byoc.engine.kv_cache_manager import block_hash, root_hash
 from llm_byoc.engine.scheduler import Scheduler, SchedulerLimits
-from llm_byoc.engine.speculative import propose_ngram
+from llm_byoc.engine.speculative import can_speculate, propose_ngram
 from llm_byoc.protocol import AddSequence, GrammarSpec, SampledToken, SamplingParams, StepOutput
 
 PHRASE = [11, 12, 13, 14, 15, 16, 17, 18]
@@ -72,11 +72,15 @@ def test_accepted_run_stops_at_a_stop_token_and_at_max_new_tokens():
 
 
 def test_no_proposals_when_opted_out_constrained_penalised_or_the_batch_is_full():
-    s = make(spec_max_num_seqs=2)
-    s.add(AddSequence("out", PHRASE * 2, SamplingParams(max_new_tokens=9, speculative=False)))
-    s.add(AddSequence("pen", PHRASE * 2, SamplingParams(max_new_tokens=9, repetition_penalty=1.2)))
-    s.add(AddSequence("json", PHRASE * 2, SamplingParams(max_new_tokens=9, grammar=GrammarSpec("regex", "a+"))))
-    assert not any(seq.params.speculative for seq in s._waiting)
+    for params in (SamplingParams(max_new_tokens=9, speculative=False),
+                   SamplingParams(max_new_tokens=9, repetition_penalty=1.2), SamplingParams(max_new_tokens=9, min_tokens=2)):
+        s = make()
+        s.add(AddSequence("a", PHRASE * 2, params))
+        step(s, {"a": [11]})  # the phrase starts again: 12 13 14 15 would be proposed
+        batch, _ = step(s, {})
+        assert batch.chunks[0].num_draft == 0, params
+    assert not can_speculate(SamplingParams(grammar=GrammarSpec("regex", "a+")))
+    assert can_speculate(SamplingParams(temperature=0.8, top_p=0.9, logprobs=True, logit_bias=((3, 1.0),)))
     s = make(spec_max_num_seqs=2)
     for name in "abc":
         s.add(AddSequence(name, [ord(name)] + PHRASE * 2, SamplingParams(max_new_tokens=9)))

@@ -83,7 +83,7 @@ def test_greedy_logprobs_and_stop_tokens_hold_in_accepted_runs(runner):
 
 def test_seeded_sampling_does_not_depend_on_speculation(runner):
     params = [SamplingParams(max_new_tokens=30, temperature=0.2, top_k=3, seed=11 + i) for i in range(4)]
-    off = drive(runner, _requests(params), 4, 24, EOS, scheduler=_scheduler(runner, spec_max_num_seqs=0))
+    off = drive(runner, _requests(params), 4, 24, EOS, scheduler=_scheduler(runner, speculative="off"))
     scheduler = _scheduler(runner)
     on = drive(runner, _requests(params, "s"), 4, 24, EOS, scheduler=scheduler)
     assert scheduler.spec_stats().num_accepted_tokens > 0
