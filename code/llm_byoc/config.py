@@ -59,6 +59,12 @@ ENV_TENSOR_PARALLEL_SIZE = "LLM_BYOC_TENSOR_PARALLEL_SIZE"
 ENV_PIPELINE_PARALLEL_SIZE = "LLM_BYOC_PIPELINE_PARALLEL_SIZE"
 ENV_QUANTIZATION = "LLM_BYOC_QUANTIZATION"
 ENV_SPECULATIVE_CONFIG = "LLM_BYOC_SPECULATIVE_CONFIG"
+ENV_SPECULATIVE = "LLM_BYOC_SPECULATIVE"
+ENV_NUM_SPECULATIVE_TOKENS = "LLM_BYOC_NUM_SPECULATIVE_TOKENS"
+ENV_NGRAM_MIN = "LLM_BYOC_NGRAM_MIN"
+ENV_NGRAM_MAX = "LLM_BYOC_NGRAM_MAX"
+ENV_SPECULATIVE_MAX_NUM_SEQS = "LLM_BYOC_SPECULATIVE_MAX_NUM_SEQS"
+ENV_SPECULATIVE_MIN_ACCEPTANCE = "LLM_BYOC_SPECULATIVE_MIN_ACCEPTANCE"
 ENV_VLLM_ENGINE_ARGS = "LLM_BYOC_VLLM_ENGINE_ARGS"
 ENV_VLLM_ENABLE_LORA = "LLM_BYOC_VLLM_ENABLE_LORA"
 # Server
@@ -192,6 +198,8 @@ def _require(condition: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+SPECULATIVE_METHODS = ("off", "ngram", "draft")
+
 DEFAULT_MAX_MODEL_LEN = 4096  # the context when LLM_BYOC_MAX_MODEL_LEN is not set: the model's own, capped here
 
 
@@ -235,6 +243,12 @@ class EngineConfig:
     pipeline_parallel_size: int = 1  # vllm
     quantization: str = ""  # vllm: "" reads the checkpoint's quantization_config; else vLLM's method name
     speculative_config: str = ""  # vllm: JSON passed through as its speculative_config
+    speculative_method: str = "off"  # off | ngram (prompt lookup, engine/speculative.py); draft is not built yet
+    num_speculative_tokens: int = 4  # tokens proposed per sequence and step
+    ngram_min: int = 1  # prompt lookup: the shortest suffix matched (vLLM's prompt_lookup_min)
+    ngram_max: int = 4  # the longest (vLLM's prompt_lookup_max); longer matches are tried first
+    speculative_max_num_seqs: int = 8  # native: speculate only while at most this many sequences run
+    speculative_min_acceptance: float = 0.2  # native: a sequence's proposals stop below this acceptance rate
     vllm_engine_args: str = ""  # vllm: JSON object of further vLLM EngineArgs (ours win where both set one)
     vllm_enable_lora: str = "auto"  # vllm: auto (on when LLM_BYOC_ADAPTERS_DIR holds adapters at start), true, false
 
@@ -285,6 +299,15 @@ class EngineConfig:
         _require(self.pipeline_parallel_size >= 1, f"{ENV_PIPELINE_PARALLEL_SIZE} must be >= 1")
         _require(self.vllm_enable_lora in ("auto", "true", "false"),
                  f"{ENV_VLLM_ENABLE_LORA} must be auto, true or false, not {self.vllm_enable_lora!r}")
+        _require(self.speculative_method in SPECULATIVE_METHODS,
+                 f"{ENV_SPECULATIVE} must be one of {', '.join(SPECULATIVE_METHODS)}, not {self.speculative_method!r}")
+        _require(self.speculative_method != "draft",
+                 f"{ENV_SPECULATIVE}=draft (a draft model) is not built yet; use off or ngram")
+        _require(1 <= self.num_speculative_tokens <= 16, f"{ENV_NUM_SPECULATIVE_TOKENS} must be from 1 to 16")
+        _require(1 <= self.ngram_min <= self.ngram_max <= 32,
+                 f"{ENV_NGRAM_MIN} and {ENV_NGRAM_MAX} must satisfy 1 <= min <= max <= 32")
+        _require(self.speculative_max_num_seqs >= 1, f"{ENV_SPECULATIVE_MAX_NUM_SEQS} must be >= 1")
+        _require(0 <= self.speculative_min_acceptance <= 1, f"{ENV_SPECULATIVE_MIN_ACCEPTANCE} must be from 0 to 1")
         for name, text in ((ENV_SPECULATIVE_CONFIG, self.speculative_config),
                            (ENV_VLLM_ENGINE_ARGS, self.vllm_engine_args)):
             _json_object(name, text)
@@ -339,6 +362,12 @@ class EngineConfig:
             pipeline_parallel_size=_int(env, ENV_PIPELINE_PARALLEL_SIZE, 1),
             quantization=(env.get(ENV_QUANTIZATION) or "").strip(),
             speculative_config=(env.get(ENV_SPECULATIVE_CONFIG) or "").strip(),
+            speculative_method=(env.get(ENV_SPECULATIVE) or "off").strip().lower(),
+            num_speculative_tokens=_int(env, ENV_NUM_SPECULATIVE_TOKENS, 4),
+            ngram_min=_int(env, ENV_NGRAM_MIN, 1),
+            ngram_max=_int(env, ENV_NGRAM_MAX, 4),
+            speculative_max_num_seqs=_int(env, ENV_SPECULATIVE_MAX_NUM_SEQS, 8),
+            speculative_min_acceptance=_float(env, ENV_SPECULATIVE_MIN_ACCEPTANCE, 0.2),
             vllm_engine_args=(env.get(ENV_VLLM_ENGINE_ARGS) or "").strip(),
             vllm_enable_lora=(env.get(ENV_VLLM_ENABLE_LORA) or "auto").strip().lower(),
         )

@@ -96,6 +96,16 @@ class ServingMetrics:
         self.cache_misses = Counter(f"{PREFIX}_model_cache_misses", "Multi-model: requests that had to load their model", registry=r)
         self.cache_evictions = Counter(f"{PREFIX}_model_cache_evictions", "Multi-model: models unloaded to make room", registry=r)
         self.models_loaded = Gauge(f"{PREFIX}_models_loaded", "Multi-model: models in memory", registry=r, multiprocess_mode="mostrecent")
+        # Speculative decoding (the engine's counts since start), by method; vLLM's names beside ours.
+        spec = (("num_drafts", "Verify chunks scheduled (sequence-steps that carried proposals)"),
+                ("num_draft_tokens", "Tokens proposed"), ("num_accepted_tokens", "Proposed tokens accepted"))
+        self.spec_decode = {key: Gauge(f"{PREFIX}_spec_decode_{key}", f"Speculative decoding: {text} since start",
+                                       ["method"], registry=r, multiprocess_mode="mostrecent") for key, text in spec}
+        self.spec_decode_vllm = {key: Gauge(f"vllm:spec_decode_{key}", f"vLLM's name for {PREFIX}_spec_decode_{key}",
+                                            ["model_name"], registry=r, multiprocess_mode="mostrecent")
+                                 for key, _ in spec}
+        self.spec_acceptance = Gauge(f"{PREFIX}_spec_decode_acceptance_rate", "Accepted over proposed tokens since start",
+                                     ["method"], registry=r, multiprocess_mode="mostrecent")
         self.gateway = GatewayGauges(r)  # vllm:* names of the queue and KV cache gauges, for Kubernetes gateways
         self.tgi = TgiMetrics(r)  # tgi_* names, for TGI's dashboards
 
@@ -260,6 +270,15 @@ def _set_lora(m: ServingMetrics, lora) -> None:
         gauge.labels(**labels).set(time.time())
 
 
+def _set_spec_decode(m: ServingMetrics, model_name: str, spec) -> None:
+    counts = {"num_drafts": spec.num_drafts, "num_draft_tokens": spec.num_draft_tokens,
+              "num_accepted_tokens": spec.num_accepted_tokens}
+    for key, value in counts.items():
+        m.spec_decode[key].labels(method=spec.method).set(value)
+        m.spec_decode_vllm[key].labels(model_name=model_name).set(value)
+    m.spec_acceptance.labels(method=spec.method).set(spec.acceptance_rate)
+
+
 def observe_model_load(model: str, seconds: float) -> None:
     get_metrics().model_load.labels(model=model).observe(seconds)
 
@@ -316,6 +335,8 @@ def engine_refresher(engine, metrics: ServingMetrics | None = None) -> Callable[
         name = os.path.basename(info.model_path.rstrip("/")) or info.model_path
         m.engine_info.labels(engine=info.engine, reason=info.engine_reason).set(1)
         m.gateway.update(name, health.num_waiting, health.num_running, kv)
+        if health.spec_decode is not None:
+            _set_spec_decode(m, name, health.spec_decode)
         if not load_seen.is_set():
             load_seen.set()
             m.model_load.labels(model=name).observe(info.load_time_s)

@@ -91,6 +91,7 @@ class SamplingParams:
     # the prompt's log-probabilities (vLLM's prompt_logprobs): None: not computed; k: each prompt token's
     # log-probability under the raw model and the k likeliest alternatives (0: none). Bypasses prefix-cache hits.
     prompt_logprobs: int | None = None
+    speculative: bool = True  # False: never speculate for this sequence (engine/speculative.py)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop", tuple(self.stop))
@@ -259,6 +260,7 @@ class ScheduledChunk:
     sample: bool
     block_ids: list[int] = field(default_factory=list)
     rope_length: int = 0  # RopeByLength models: the sequence's prompt length (0 otherwise); see RopeByLength
+    num_draft: int = 0  # speculative decoding: the last num_draft tokens are proposals to verify (sample is true)
 
 
 @dataclass(frozen=True)
@@ -456,6 +458,20 @@ class KVCacheStats:
 
 
 @dataclass(frozen=True)
+class SpecDecodeStats:
+    """Speculative decoding since start-up (vLLM's spec_decode counters)."""
+
+    method: str
+    num_drafts: int = 0  # verify chunks scheduled
+    num_draft_tokens: int = 0  # tokens proposed
+    num_accepted_tokens: int = 0  # proposed tokens the model agreed with
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else 0.0
+
+
+@dataclass(frozen=True)
 class HealthReport:
     state: EngineState
     detail: str = ""
@@ -464,6 +480,7 @@ class HealthReport:
     num_running: int = 0
     kv_cache: KVCacheStats | None = None
     lora: LoRAStats | None = None
+    spec_decode: SpecDecodeStats | None = None  # None: speculation off
 
 
 # --- codec ----------------------------------------------------------------------
@@ -501,6 +518,7 @@ _CODEC = MessageCodec(
         SessionCommand,
         SessionReply,
         KVCacheStats,
+        SpecDecodeStats,
         HealthReport,
         AdapterSpec,
         AdapterActivation,

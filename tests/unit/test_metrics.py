@@ -259,3 +259,23 @@ def test_engine_refresher_copies_health_into_gauges_and_the_load_time_once():
     assert s[("llm_byoc_prefix_cache_queried_tokens", ())] == 6000
     assert s[("llm_byoc_model_load_seconds_count", (("model", "smollm2"),))] == 1
     assert s[("llm_byoc_model_load_seconds_sum", (("model", "smollm2"),))] == 1.25
+
+
+def test_engine_refresher_exports_speculative_decoding_counts_under_our_names_and_vllms():
+    from llm_byoc.protocol import EngineState, HealthReport, ModelInfo, SpecDecodeStats
+
+    info = ModelInfo("llama", "/opt/ml/model/smollm2/", 49152, 4096, [2], "cpu", "float32", max_num_seqs=16, load_time_s=1.0)
+    spec = SpecDecodeStats("ngram", num_drafts=10, num_draft_tokens=40, num_accepted_tokens=30)
+
+    class Engine:
+        def health(self):
+            return HealthReport(EngineState.READY, info=info, spec_decode=spec)
+
+    m = ServingMetrics()
+    metrics_module.engine_refresher(Engine(), m)()
+    s = rendered(m)
+    assert s[("llm_byoc_spec_decode_num_draft_tokens", (("method", "ngram"),))] == 40
+    assert s[("llm_byoc_spec_decode_num_accepted_tokens", (("method", "ngram"),))] == 30
+    assert s[("llm_byoc_spec_decode_acceptance_rate", (("method", "ngram"),))] == 0.75
+    assert s[("vllm:spec_decode_num_drafts", (("model_name", "smollm2"),))] == 10
+    assert s[("vllm:spec_decode_num_accepted_tokens", (("model_name", "smollm2"),))] == 30

@@ -120,6 +120,7 @@ class EngineCore:
                 num_running=sched.num_running if sched else 0,
                 kv_cache=sched.kv_stats() if sched else None,
                 lora=sched.lora_stats(len(self._adapters.registry)) if sched else None,
+                spec_decode=sched.spec_stats() if sched else None,
             )
 
     def metrics_text(self) -> str:

@@ -146,6 +146,13 @@ class KVCacheManager:
             self.pool.cache(seq.blocks[index], hashes[index])
         seq.num_registered = full
 
+    def trim(self, seq: Sequence) -> None:
+        """Release the blocks past ``seq``'s computed tokens (speculative proposals that were rejected)."""
+        keep = self.blocks_for(seq.num_computed)
+        if len(seq.blocks) > keep:
+            self.pool.free(list(reversed(seq.blocks[keep:])))
+            del seq.blocks[keep:]
+
     def free(self, seq: Sequence) -> None:
         """Release every block of ``seq`` (tail first: its prefix is evicted last)."""
         self.pool.free(list(reversed(seq.blocks)))

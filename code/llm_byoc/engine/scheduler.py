@@ -62,6 +62,18 @@ Structured output (``structured_output.py``): a sequence with a grammar waits,
 keeping its place, until its grammar is compiled (off the step loop); each of
 its sampling steps carries its token mask, and each sampled token advances its
 grammar, which may finish it (STOP: the output is complete).
+
+Speculative decoding (``speculative.py``, ``limits.speculative == "ngram"``):
+after decodes and prefill chunks, while at most ``spec_max_num_seqs`` run and
+budget is left, a decoding sequence that may speculate (``can_speculate``, not
+switched off by its acceptance rate) gets up to k proposed tokens after its
+last one in the same chunk (``num_draft``; never past ``max_new_tokens`` or the
+window); its blocks grow for all of them. ``num_computed`` counts only its last
+token until the worker answers: then it gains the accepted proposals, and the
+tokens (accepted + the worker's own) go through the stop rules one by one, the
+rest dropped at the first stop. Blocks past the computed tokens are freed (the
+worker trims its table the same way), and only blocks of computed, accepted
+tokens are ever hashed into the prefix cache.
 """
 
 from __future__ import annotations
@@ -82,9 +94,11 @@ from ..protocol import (
     ModelInfo,
     NewSequence,
     RopeByLength,
+    SampledToken,
     ScheduledChunk,
     SequenceRejected,
     SequenceUpdate,
+    SpecDecodeStats,
     StepBatch,
     StepOutput,
 )
@@ -93,6 +107,7 @@ from .kv_cache_manager import KVCacheManager
 from .session_pins import SessionPins
 from .structured_output import StructuredOutput
 from .sequence import Sequence, SequenceStatus
+from .speculative import SpecTracker, can_speculate, propose_ngram
 
 ADMISSION_RESERVE = 0.01  # of the blocks, kept free when admitting beside running sequences
 
@@ -114,6 +129,12 @@ class SchedulerLimits:
     session_kv_share: float = 0.5  # of the blocks, at most, pinned by open sessions
     session_ttl_s: float = 1200.0
     rope_by_length: RopeByLength | None = None  # the model's RoPE depends on the sequence's length
+    speculative: str = "off"  # off | ngram
+    num_speculative_tokens: int = 4
+    ngram_min: int = 1
+    ngram_max: int = 4
+    spec_max_num_seqs: int = 8  # speculate only while at most this many sequences run
+    spec_min_acceptance: float = 0.2
 
     def __post_init__(self) -> None:
         capacity = (self.num_kv_blocks - 1) * self.block_size
@@ -145,6 +166,12 @@ class SchedulerLimits:
             session_kv_share=config.session_kv_share,
             session_ttl_s=config.session_ttl_s,
             rope_by_length=info.rope_by_length,
+            speculative=config.speculative_method,
+            num_speculative_tokens=config.num_speculative_tokens,
+            ngram_min=config.ngram_min,
+            ngram_max=config.ngram_max,
+            spec_max_num_seqs=config.speculative_max_num_seqs,
+            spec_min_acceptance=config.speculative_min_acceptance,
         )
 
 
@@ -169,6 +196,8 @@ class Scheduler:
         self._rejected: list[SequenceRejected] = []
         self.adapter_requests: Counter[str] = Counter()
         self.adapter_tokens: Counter[str] = Counter()
+        self.spec = None if limits.speculative == "off" else SpecTracker(limits.speculative, limits.spec_min_acceptance)
+        self._drafts: dict[str, list[int]] = {}  # proposals of the step in flight
 
     # --- queue ---------------------------------------------------------------
 
@@ -275,6 +304,7 @@ class Scheduler:
         drops, loads, activations = self.adapters.take_changes()
         self._step_id += 1
         freed, self._freed = self._freed, []
+        self._drafts = {c.seq_id: self._drafts[c.seq_id] for c in chunks if c.num_draft}
         self._scheduled = [self._running[c.seq_id] for c in chunks]
         self._expect_sample = {c.seq_id for c in chunks if c.sample}
         masks = self.structured.masks([self._running[c.seq_id] for c in chunks if c.sample])
@@ -292,7 +322,25 @@ class Scheduler:
             n = min(seq.num_uncomputed, budget)
             plan[seq.seq_id] = (n, [])
             budget -= n
+        if self.spec is not None and len(self._running) <= self.limits.spec_max_num_seqs:
+            for seq in decoding:
+                if budget <= 0:
+                    break
+                drafts = self._propose(seq, budget)
+                if drafts:
+                    self._drafts[seq.seq_id] = drafts
+                    plan[seq.seq_id] = (1 + len(drafts), [])
+                    budget -= len(drafts)
         return plan
+
+    def _propose(self, seq: Sequence, budget: int) -> list[int]:
+        """Proposed tokens for a decoding sequence, within the budget, max_new_tokens and the window."""
+        if not can_speculate(seq.params) or seq.seq_id not in self._running or not self.spec.enabled(seq.seq_id):
+            return []
+        limits = self.limits
+        k = min(limits.num_speculative_tokens, budget, seq.params.max_new_tokens - seq.num_generated - 1,
+                limits.max_model_len - seq.num_tokens)
+        return propose_ngram(seq.token_ids, k, limits.ngram_min, limits.ngram_max) if k > 0 else []
 
     def _grow_blocks(self, plan: dict[str, tuple[int, list[int]]]) -> list[str]:
         """Blocks for the plan, oldest sequence first; preempt the newest when none is free."""
@@ -368,6 +416,7 @@ class Scheduler:
     def _preempt(self, seq: Sequence, count: bool = True) -> None:
         """Back to the front of the queue, its blocks freed; it is recomputed when admitted again."""
         del self._running[seq.seq_id]
+        self._drafts.pop(seq.seq_id, None)
         self.kv.free(seq)
         seq.num_computed = 0
         seq.status = SequenceStatus.WAITING
@@ -396,50 +445,80 @@ class Scheduler:
 
     def _chunk(self, seq: Sequence, n: int, block_ids: list[int]) -> ScheduledChunk:
         start = seq.num_computed
+        drafts = self._drafts.get(seq.seq_id, []) if seq.num_uncomputed == 1 else []
+        n -= len(drafts)  # proposals are computed, but count only once accepted
         seq.num_computed += n
         return ScheduledChunk(
             seq_id=seq.seq_id,
-            token_ids=seq.token_ids[start : start + n],
+            token_ids=seq.token_ids[start : start + n] + drafts,
             start_pos=start,
             sample=seq.num_computed == seq.num_tokens,
             block_ids=block_ids,
             rope_length=seq.rope_length,
+            num_draft=len(drafts),
         )
 
     def postprocess(self, output: StepOutput) -> list[SequenceUpdate]:
         """Cache the blocks the step filled, append sampled tokens, apply stop rules;
         one update per sequence that advanced."""
+        drafts, self._drafts = self._drafts, {}
         for seq in self._scheduled:
-            if seq.status is SequenceStatus.RUNNING:
+            if seq.status is SequenceStatus.RUNNING and seq.seq_id not in drafts:
                 self.kv.cache_computed(seq)
         self._scheduled = []
         self._fail_adapter_loads(self.adapters.on_step_done(output.adapter_results))
         updates: list[SequenceUpdate] = []
         expected, self._expect_sample = self._expect_sample, set()
-        for sample in output.samples:
-            seq = self._running.get(sample.seq_id)
-            if seq is None or sample.seq_id not in expected:
+        by_seq: dict[str, list[SampledToken]] = {}
+        for sample in output.samples:  # a verified chunk returns several, in order
+            by_seq.setdefault(sample.seq_id, []).append(sample)
+        for seq_id, samples in by_seq.items():
+            seq = self._running.get(seq_id)
+            if seq is None or seq_id not in expected:
                 continue  # aborted while the step ran, or not asked for
-            expected.discard(sample.seq_id)
-            seq.token_ids.append(sample.token_id)
-            if seq.adapter is not None:
-                self.adapter_tokens[seq.adapter.name] += 1
-            reason = self.structured.after_token(seq, sample.token_id, self._stop_reason(seq, sample.token_id))
-            if reason is not None:
-                self._finish(seq, reason)
-            logprobs = None if sample.logprob is None else [sample.logprob]
-            updates.append(
-                SequenceUpdate(
-                    seq.seq_id, [sample.token_id], logprobs, reason, seq.num_prompt_tokens, seq.num_cached_tokens,
-                    None if sample.top is None else [sample.top], sample.prompt,
-                )
-            )
+            proposed = drafts.get(seq_id, [])
+            accepted = len(samples) - 1
+            if accepted > len(proposed) or [s.token_id for s in samples[:accepted]] != proposed[:accepted]:
+                continue  # not what was asked for: failed below
+            expected.discard(seq_id)
+            if proposed:
+                seq.num_computed += accepted  # their keys and values were written in this step
+                self.spec.record(seq_id, len(proposed), accepted)
+                self.kv.trim(seq)  # the blocks of rejected proposals go back
+            updates.append(self._append(seq, samples))
         for seq_id in expected:  # the worker skipped a sequence: fail it, never stall it
             seq = self._running.get(seq_id)
             if seq is not None:
                 self._finish(seq, FinishReason.ERROR)
                 updates.append(self._final_update(seq))
         return updates
+
+    def _append(self, seq: Sequence, samples: list[SampledToken]) -> SequenceUpdate:
+        """Append a step's tokens one by one through the stop rules; tokens after a stop are dropped."""
+        reason = None
+        taken: list[SampledToken] = []
+        for sample in samples:
+            seq.token_ids.append(sample.token_id)
+            taken.append(sample)
+            if seq.adapter is not None:
+                self.adapter_tokens[seq.adapter.name] += 1
+            reason = self.structured.after_token(seq, sample.token_id, self._stop_reason(seq, sample.token_id))
+            if reason is not None:
+                break
+        seq.num_computed = min(seq.num_computed, seq.num_tokens - 1)  # a stop inside an accepted run
+        self.kv.cache_computed(seq)  # accepted proposals are known now: their full blocks are hashed
+        if reason is not None:
+            self._finish(seq, reason)
+        logprobs = None if taken[0].logprob is None else [s.logprob for s in taken]
+        tops = None if taken[0].top is None else [s.top for s in taken]
+        return SequenceUpdate(seq.seq_id, [s.token_id for s in taken], logprobs, reason, seq.num_prompt_tokens,
+                              seq.num_cached_tokens, tops, taken[0].prompt)
+
+    def spec_stats(self) -> SpecDecodeStats | None:
+        spec = self.spec
+        if spec is None:
+            return None
+        return SpecDecodeStats(spec.method, spec.num_drafts, spec.num_draft_tokens, spec.num_accepted_tokens)
 
     def _fail_adapter_loads(self, failed: dict[str, str]) -> None:
         """Waiting sequences whose adapter would not load fail (nothing of theirs reached the worker)."""
@@ -476,6 +555,8 @@ class Scheduler:
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
         self._expect_sample.discard(seq.seq_id)
+        if self.spec is not None:
+            self.spec.forget(seq.seq_id)
         if self._running.pop(seq.seq_id, None) is None and seq in self._waiting:
             self._waiting.remove(seq)
         if seq.session_id and reason in (FinishReason.STOP, FinishReason.LENGTH):

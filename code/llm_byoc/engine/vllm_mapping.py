@@ -120,6 +120,9 @@ def engine_args(config: EngineConfig, folder: Path, dtype: str, max_model_len: i
         args["quantization"] = config.quantization
     if config.speculative is not None:
         args["speculative_config"] = config.speculative
+    elif config.speculative_method == "ngram":  # LLM_BYOC_SPECULATIVE, as our engine reads it
+        args["speculative_config"] = {"method": "ngram", "num_speculative_tokens": config.num_speculative_tokens,
+                                      "prompt_lookup_min": config.ngram_min, "prompt_lookup_max": config.ngram_max}
     if facts.device == "cuda":
         args["gpu_memory_utilization"] = config.gpu_memory_utilization
     elif facts.kv_cache_bytes:

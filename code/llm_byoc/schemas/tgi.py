@@ -68,6 +68,7 @@ PARAMETER_FIELDS = (
     "return_full_text",
     "details",
     "ignore_eos",
+    "speculative",
     "adapter_id",
     "grammar",
     "truncate",
@@ -296,6 +297,7 @@ def _sampling(parameters: dict, logprobs: bool, top_n: int) -> SamplingParams:
         grammar=tgi_grammar(parameters.get("grammar")),
         frequency_penalty=_or(opt_number(parameters, "frequency_penalty"), 0.0),
         typical_p=_typical_p(parameters),
+        speculative=opt_bool(parameters, "speculative") is not False,
     )
 
 

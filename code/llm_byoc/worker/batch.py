@@ -128,9 +128,10 @@ def build_step_inputs(
         if lengths is not None:
             lengths.extend(max(chunk.rope_length, p + 1) for p in span)
         slots.extend(table[p // block_size] * block_size + p % block_size for p in span)
-        if chunk.sample:
-            sample_rows.append(row + n - 1)
-            sample_seq_ids.append(chunk.seq_id)
+        if chunk.sample:  # with proposals: a row after the last known token and after each proposal
+            for r in range(row + n - 1 - chunk.num_draft, row + n):
+                sample_rows.append(r)
+                sample_seq_ids.append(chunk.seq_id)
         if n > 1 and cascade and chunk.start_pos > 0 and chunk.start_pos % block_size == 0:
             behind.setdefault(tuple(table[: chunk.start_pos // block_size]), []).append((row, chunk))
         elif n > 1:

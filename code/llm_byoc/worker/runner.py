@@ -33,6 +33,7 @@ from .loading import LoadedModel, load_model
 from .lora import AdapterStore, LoRASlots, LoRAStep, build_lora_batch
 from .prompt_logprobs import PromptLogprobsState
 from .sampler import SequenceSampling, sample
+from .speculative import sample_with_drafts
 from .token_mask import apply_token_masks, check_masks
 
 log = logging.getLogger(__name__)
@@ -186,6 +187,9 @@ class ModelRunner:
             )
         if not chunk.token_ids:
             raise ValueError(f"step {step_id}: empty chunk for {chunk.seq_id!r}")
+        if chunk.num_draft and not (chunk.sample and 0 < chunk.num_draft < len(chunk.token_ids)):
+            raise ValueError(f"step {step_id}: chunk for {chunk.seq_id!r} has {chunk.num_draft} proposals "
+                             f"in {len(chunk.token_ids)} tokens")
         end = chunk.start_pos + len(chunk.token_ids)
         if end > self.max_len:
             raise ValueError(
@@ -218,7 +222,16 @@ class ModelRunner:
                     seq.sampling.observe(torch.tensor(chunk.token_ids, device=self.device))
             apply_token_masks(logits, inputs.sample_seq_ids, masks)  # constrained rows (structured output)
             states = {seq_id: self._seqs[seq_id].sampling for seq_id in inputs.sample_seq_ids}
-            samples = sample(logits, inputs.sample_seq_ids, states)
+            drafts = {c.seq_id: c.token_ids[-c.num_draft:] for c in ordered if c.num_draft}
+            if not drafts:
+                return self._with_prompt_logprobs(ordered, hidden, sample(logits, inputs.sample_seq_ids, states))
+            samples = sample_with_drafts(logits, inputs.sample_seq_ids, states, drafts)
+            for chunk in ordered:  # rejected proposals: their keys and values are dropped (the engine does too)
+                if chunk.num_draft:
+                    seq = self._seqs[chunk.seq_id]
+                    accepted = sum(1 for s in samples if s.seq_id == chunk.seq_id) - 1
+                    seq.num_cached = chunk.start_pos + 1 + accepted
+                    del seq.blocks[-(-seq.num_cached // self.block_size):]
             return self._with_prompt_logprobs(ordered, hidden, samples)
 
     def _with_prompt_logprobs(self, ordered: list[ScheduledChunk], hidden: torch.Tensor, samples: list) -> list:

@@ -191,3 +191,10 @@ def tgi_ctx():
     from llm_byoc.schemas.invocation import ResponseContext
 
     return ResponseContext("r", "m", tokenizer=_Chars())
+
+
+def test_speculative_false_opts_a_request_out_of_speculation():
+    assert tgi.parse({"inputs": "a"}).params.speculative is True
+    assert tgi.parse({"inputs": "a", "parameters": {"speculative": False}}).params.speculative is False
+    with pytest.raises(InvalidRequest):
+        tgi.parse({"inputs": "a", "parameters": {"speculative": "no"}})

@@ -202,3 +202,24 @@ def test_typical_p_is_refused_for_vllm_which_has_none():
 
     with pytest.raises(ValueError, match="typical_p is not one of vLLM's sampling parameters"):
         vllm_mapping.sampling_params(SamplingParams(temperature=1.0, typical_p=0.5), 8)
+
+
+def test_llm_byoc_speculative_maps_onto_vllms_ngram_config_unless_the_json_is_given():
+    config = EngineConfig.from_env({"LLM_BYOC_SPECULATIVE": "ngram", "LLM_BYOC_NUM_SPECULATIVE_TOKENS": "3",
+                                    "LLM_BYOC_NGRAM_MIN": "2", "LLM_BYOC_NGRAM_MAX": "5"})
+    assert _args(config)["speculative_config"] == {"method": "ngram", "num_speculative_tokens": 3,
+                                                   "prompt_lookup_min": 2, "prompt_lookup_max": 5}
+    given = EngineConfig(speculative_method="ngram", speculative_config=json.dumps({"method": "eagle"}))
+    assert _args(given)["speculative_config"] == {"method": "eagle"}
+    assert "speculative_config" not in _args(EngineConfig())
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"LLM_BYOC_SPECULATIVE": "draft"}, "draft .* is not built yet"),
+    ({"LLM_BYOC_SPECULATIVE": "medusa"}, "must be one of off, ngram, draft"),
+    ({"LLM_BYOC_SPECULATIVE": "ngram", "LLM_BYOC_NGRAM_MIN": "4", "LLM_BYOC_NGRAM_MAX": "2"}, "min <= max"),
+    ({"LLM_BYOC_NUM_SPECULATIVE_TOKENS": "0"}, "from 1 to 16"),
+])
+def test_bad_speculative_settings_are_refused_at_start(env, message):
+    with pytest.raises(ConfigError, match=message):
+        EngineConfig.from_env(env)

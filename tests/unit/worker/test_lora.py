@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from fixtures.adapters import make_adapter, peft_greedy
-from fixtures.step_driver import Request, drive
+from fixtures.step_driver import Request, drive, limits_for
 from llm_byoc.adapters.peft_folder import BaseShapes, check_adapter
 from llm_byoc.config import EngineConfig
+from llm_byoc.engine.scheduler import Scheduler
 from llm_byoc.errors import InvalidRequest
 from llm_byoc.protocol import SamplingParams
 from llm_byoc.worker.lora import LoRABatch, LoRASlots, add_lora, build_lora_batch, load_adapter
@@ -166,3 +167,22 @@ def test_a_base_model_with_routed_experts_refuses_adapters_clearly(base, model_t
     with pytest.raises(InvalidRequest, match=f"LoRA adapters are not supported for {model_type} models"):
         check_adapter("attn", str(folder), "attn#1", (str(tmp_path),), 64, base_shapes(runner))
 
+
+
+def test_lora_rows_with_speculative_proposals_match_peft(tiny_llama_dir, runner, adapters):
+    """Repeating prompts under adapters and the base, n-gram speculation on: proposals are verified on
+    each sequence's own adapter rows, and every output is still exactly PEFT's (or generate's)."""
+    phrase = _prompts(5, [7])[0]
+    names = ["all4", None, "mlp16", "attn8"]
+    requests = [Request(f"s{i}", phrase * (2 + i % 2) + [5 + i], SamplingParams(max_new_tokens=24), i,
+                        adapters.get(name) if name else None) for i, name in enumerate(names)]
+    scheduler = Scheduler(limits_for(runner, 6, 24, EOS, max_loras=2, speculative="ngram", ngram_max=3,
+                                     spec_min_acceptance=0.0))
+    result = drive(runner, requests, num_slots=6, token_budget=24, eos_token_ids=EOS, scheduler=scheduler)
+    assert scheduler.spec_stats().num_accepted_tokens > 0
+    for request in requests:
+        if request.adapter is None:
+            expected = hf_greedy(tiny_llama_dir, request.prompt, 24)
+        else:
+            expected = peft_greedy(tiny_llama_dir, request.adapter.path, request.prompt, 24)
+        assert result.outputs[request.seq_id] == expected, request.seq_id

@@ -1,0 +1,83 @@
+"""Speculative decoding, engine side: n-gram proposals (prompt lookup) and who gets to speculate.
+
+The proposer runs here, in the engine process, not in the model worker: it only
+reads token ids, which the scheduler already holds for every sequence, so a
+proposal costs no round trip and no tensor. Its k tokens go to the worker as
+extra rows of the sequence's chunk (``ScheduledChunk.num_draft``); the worker
+verifies them in the same forward (worker/speculative.py) and returns the
+accepted ones plus one token of its own.
+
+Prompt lookup (vLLM's ``ngram`` method): the longest suffix of the sequence,
+from ``ngram_max`` down to ``ngram_min`` tokens, is looked for earlier in the
+sequence (its latest earlier occurrence); the tokens that followed it there are
+the proposal. Nothing found: the sequence decodes normally this step.
+
+``SpecTracker`` keeps the counts (per sequence and since start) and turns
+proposals off for a sequence whose acceptance rate stays below a threshold once
+it has had ``MIN_PROPOSED`` tokens proposed: text that does not repeat should
+not pay for verify rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..protocol import SamplingParams
+
+MIN_PROPOSED = 16  # proposed tokens before a sequence's acceptance rate can switch it off
+
+
+def propose_ngram(token_ids: list[int], k: int, ngram_min: int, ngram_max: int) -> list[int]:
+    """Up to ``k`` tokens that followed the latest earlier occurrence of the longest matching suffix."""
+    total = len(token_ids)
+    if k < 1:
+        return []
+    for n in range(min(ngram_max, total - 1), ngram_min - 1, -1):
+        suffix = token_ids[total - n:]
+        first = suffix[0]
+        # latest start i < total - n with token_ids[i:i+n] == suffix
+        for i in range(total - n - 1, -1, -1):
+            if token_ids[i] == first and token_ids[i:i + n] == suffix:
+                return token_ids[i + n: i + n + k]
+    return []
+
+
+def can_speculate(params: SamplingParams) -> bool:
+    """Whether a sequence's sampling allows verifying several positions in one step: everything that
+    depends on the tokens before each position (penalties, min_tokens, a grammar's state) rules it out."""
+    return (params.speculative and params.grammar is None and params.repetition_penalty == 1.0
+            and not params.presence_penalty and not params.frequency_penalty and not params.min_tokens)
+
+
+@dataclass
+class _SeqCounts:
+    proposed: int = 0
+    accepted: int = 0
+
+
+@dataclass
+class SpecTracker:
+    method: str
+    min_acceptance: float
+    num_drafts: int = 0  # verify chunks scheduled
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    _seqs: dict[str, _SeqCounts] = field(default_factory=dict)
+    _off: set[str] = field(default_factory=set)
+
+    def enabled(self, seq_id: str) -> bool:
+        return seq_id not in self._off
+
+    def record(self, seq_id: str, proposed: int, accepted: int) -> None:
+        self.num_drafts += 1
+        self.num_draft_tokens += proposed
+        self.num_accepted_tokens += accepted
+        counts = self._seqs.setdefault(seq_id, _SeqCounts())
+        counts.proposed += proposed
+        counts.accepted += accepted
+        if counts.proposed >= MIN_PROPOSED and counts.accepted < self.min_acceptance * counts.proposed:
+            self._off.add(seq_id)
+
+    def forget(self, seq_id: str) -> None:
+        self._seqs.pop(seq_id, None)
+        self._off.discard(seq_id)
