@@ -58,6 +58,13 @@ the threshold with the long factors, as transformers drops its cache then: it
 goes back to the front of the queue like a preempted one, ``rope_length`` now
 its whole length, and is admitted again in the same step if memory allows.
 
+Sliding windows: when every layer of the model attends within a window
+(``ModelInfo.all_layers_windowed``: Mistral, Mixtral or Phi-3 with one set),
+after each step a running sequence's blocks wholly before its window go back
+to the pool (``KVCacheManager.free_behind_window``), except a session's prompt
+blocks, so a long generation holds about ``window / block_size + 1`` blocks.
+A preempted one is recomputed from its first token (prefix-cache hits included).
+
 Structured output (``structured_output.py``): a sequence with a grammar waits,
 keeping its place, until its grammar is compiled (off the step loop); each of
 its sampling steps carries its token mask, and each sampled token advances its
@@ -114,6 +121,7 @@ class SchedulerLimits:
     session_kv_share: float = 0.5  # of the blocks, at most, pinned by open sessions
     session_ttl_s: float = 1200.0
     rope_by_length: RopeByLength | None = None  # the model's RoPE depends on the sequence's length
+    window: int | None = None  # every layer attends within this sliding window: older blocks are freed
 
     def __post_init__(self) -> None:
         capacity = (self.num_kv_blocks - 1) * self.block_size
@@ -145,6 +153,7 @@ class SchedulerLimits:
             session_kv_share=config.session_kv_share,
             session_ttl_s=config.session_ttl_s,
             rope_by_length=info.rope_by_length,
+            window=info.sliding_window if info.all_layers_windowed else None,
         )
 
 
@@ -412,7 +421,7 @@ class Scheduler:
         for seq in self._scheduled:
             if seq.status is SequenceStatus.RUNNING:
                 self.kv.cache_computed(seq)
-        self._scheduled = []
+        stepped, self._scheduled = self._scheduled, []
         self._fail_adapter_loads(self.adapters.on_step_done(output.adapter_results))
         updates: list[SequenceUpdate] = []
         expected, self._expect_sample = self._expect_sample, set()
@@ -439,7 +448,18 @@ class Scheduler:
             if seq is not None:
                 self._finish(seq, FinishReason.ERROR)
                 updates.append(self._final_update(seq))
+        self._free_behind_window(stepped)
         return updates
+
+    def _free_behind_window(self, stepped: list[Sequence]) -> None:
+        """Every layer windowed: the blocks the step's sequences left behind their window go back to the pool
+        (a session's prompt blocks stay: they are pinned when it finishes)."""
+        if self.limits.window is None:
+            return
+        for seq in stepped:
+            if seq.status is SequenceStatus.RUNNING:
+                keep = seq.num_prompt_tokens // self.kv.block_size if seq.session_id else 0
+                self.kv.free_behind_window(seq, self.limits.window, keep)
 
     def _fail_adapter_loads(self, failed: dict[str, str]) -> None:
         """Waiting sequences whose adapter would not load fail (nothing of theirs reached the worker)."""
