@@ -222,6 +222,8 @@ class ModelInfo:
     engine_reason: str = ""  # why that one (LLM_BYOC_ENGINE, or what auto saw)
     rope_by_length: RopeByLength | None = None  # None: one RoPE table for every sequence
     decoder: str = "native"  # our engine's decoder: native | generic (the generic transformers path)
+    sliding_window: int | None = None  # the window of its sliding-window layers; None: no layer has one
+    all_layers_windowed: bool = False  # every layer attends within sliding_window (Mistral): older blocks are freed
 
     @property
     def kv_cache_bytes(self) -> int:

@@ -17,6 +17,14 @@ A prompt block another running sequence is computing but has not registered
 yet (the same prompt sent n times, one system prompt in a burst) is worth
 waiting for: ``being_computed`` names those blocks, and the scheduler holds a
 sequence whose next uncached block is among them until it is cached.
+
+Sliding windows: when every layer of the model attends within a window
+(Mistral), a query at position p reads keys p - window + 1 .. p only, so once
+``num_computed`` tokens are computed (the next query is at ``num_computed`` or
+later) the blocks wholly below ``num_computed - window + 1`` are never read
+again. ``free_behind_window`` drops them: each becomes the null block in the
+sequence's table (the worker's windowed gathers never reach it), and a
+registered one stays in the prefix cache, evictable like any free block.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ import hashlib
 from array import array
 from collections.abc import Sequence as TokenList
 
-from .block_pool import Block, BlockPool
+from .block_pool import NULL_BLOCK, Block, BlockPool
 from .sequence import Sequence
 
 _ROOT_TAG = b"llm-byoc/kv/v1\x00"
@@ -155,9 +163,27 @@ class KVCacheManager:
 
     def free(self, seq: Sequence) -> None:
         """Release every block of ``seq`` (tail first: its prefix is evicted last)."""
-        self.pool.free(list(reversed(seq.blocks)))
+        self.pool.free(list(reversed(seq.blocks)))  # the null block (freed out of the window) is skipped
         seq.blocks = []
         seq.num_registered = 0
+        seq.num_behind_window = 0
+
+    def free_behind_window(self, seq: Sequence, window: int, keep: int = 0) -> int:
+        """Free ``seq``'s blocks that lie wholly before its window (positions below ``num_computed - window + 1``),
+        except its first ``keep`` (a session's prompt, pinned when it finishes) and, with prefix caching, any not
+        registered yet; the number freed."""
+        behind = max(0, seq.num_computed - window + 1) // self.block_size
+        if self.enable_prefix_caching:
+            behind = min(behind, seq.num_registered)  # a block is hashed before it leaves the table
+        behind = min(behind, len(seq.blocks))
+        start = max(seq.num_behind_window, keep)
+        if behind <= start:
+            return 0
+        dropped = seq.blocks[start:behind]
+        seq.blocks[start:behind] = [self.pool.block(NULL_BLOCK)] * len(dropped)
+        seq.num_behind_window = behind
+        self.pool.free(list(reversed(dropped)))  # the newest first, as in ``free``: the oldest is evicted last
+        return len(dropped)
 
     def unfilled_slots(self, seq: Sequence) -> int:
         return max(0, len(seq.blocks) * self.block_size - seq.num_computed)

@@ -58,6 +58,13 @@ the threshold with the long factors, as transformers drops its cache then: it
 goes back to the front of the queue like a preempted one, ``rope_length`` now
 its whole length, and is admitted again in the same step if memory allows.
 
+Sliding windows: when every layer of the model attends within a window
+(``ModelInfo.all_layers_windowed``: Mistral, Mixtral or Phi-3 with one set),
+after each step a running sequence's blocks wholly before its window go back
+to the pool (``KVCacheManager.free_behind_window``), except a session's prompt
+blocks, so a long generation holds about ``window / block_size + 1`` blocks.
+A preempted one is recomputed from its first token (prefix-cache hits included).
+
 Structured output (``structured_output.py``): a sequence with a grammar waits,
 keeping its place, until its grammar is compiled (off the step loop); each of
 its sampling steps carries its token mask, and each sampled token advances its
@@ -135,6 +142,7 @@ class SchedulerLimits:
     ngram_max: int = 4
     spec_max_num_seqs: int = 8  # speculate only while at most this many sequences run
     spec_min_acceptance: float = 0.2
+    window: int | None = None  # every layer attends within this sliding window: older blocks are freed
 
     def __post_init__(self) -> None:
         capacity = (self.num_kv_blocks - 1) * self.block_size
@@ -172,6 +180,7 @@ class SchedulerLimits:
             ngram_max=config.ngram_max,
             spec_max_num_seqs=config.speculative_max_num_seqs,
             spec_min_acceptance=config.speculative_min_acceptance,
+            window=info.sliding_window if info.all_layers_windowed else None,
         )
 
 
@@ -465,7 +474,7 @@ class Scheduler:
         for seq in self._scheduled:
             if seq.status is SequenceStatus.RUNNING and seq.seq_id not in drafts:
                 self.kv.cache_computed(seq)
-        self._scheduled = []
+        stepped, self._scheduled = self._scheduled, []
         self._fail_adapter_loads(self.adapters.on_step_done(output.adapter_results))
         updates: list[SequenceUpdate] = []
         expected, self._expect_sample = self._expect_sample, set()
@@ -491,6 +500,7 @@ class Scheduler:
             if seq is not None:
                 self._finish(seq, FinishReason.ERROR)
                 updates.append(self._final_update(seq))
+        self._free_behind_window(stepped)
         return updates
 
     def _append(self, seq: Sequence, samples: list[SampledToken]) -> SequenceUpdate:
@@ -519,6 +529,16 @@ class Scheduler:
         if spec is None:
             return None
         return SpecDecodeStats(spec.method, spec.num_drafts, spec.num_draft_tokens, spec.num_accepted_tokens)
+
+    def _free_behind_window(self, stepped: list[Sequence]) -> None:
+        """Every layer windowed: the blocks the step's sequences left behind their window go back to the pool
+        (a session's prompt blocks stay: they are pinned when it finishes)."""
+        if self.limits.window is None:
+            return
+        for seq in stepped:
+            if seq.status is SequenceStatus.RUNNING:
+                keep = seq.num_prompt_tokens // self.kv.block_size if seq.session_id else 0
+                self.kv.free_behind_window(seq, self.limits.window, keep)
 
     def _fail_adapter_loads(self, failed: dict[str, str]) -> None:
         """Waiting sequences whose adapter would not load fail (nothing of theirs reached the worker)."""

@@ -46,6 +46,7 @@ class Sequence:
     blocks: list[Block] = field(default_factory=list)  # KV blocks, in token order
     block_hashes: list[bytes] = field(default_factory=list)  # of its full blocks, as far as computed
     num_registered: int = 0  # leading blocks already in the prefix cache
+    num_behind_window: int = 0  # leading blocks out of every layer's window (freed: the null block in ``blocks``)
     grammar: GrammarMatcher | None = None  # its grammar's state, from admission (params.grammar set)
 
     def __post_init__(self) -> None:

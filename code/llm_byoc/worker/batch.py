@@ -25,7 +25,10 @@ longer than the window: a query at position p attends over keys p-window+1..p
 only (transformers' ``kv_idx > q_idx - sliding_window``), so each decode row
 gathers at most ``window`` keys, and each prefill chunk its window's keys
 under a banded mask. Cascade groups are not formed there (each chunk's window
-is its own).
+is its own). When every layer is windowed (``all_windowed``: Mistral), those
+indices serve every layer and the full-context ones are not built at all, so
+no position below a row's window is ever read: the engine frees such blocks
+and their entries in a block table are stale.
 """
 
 from __future__ import annotations
@@ -104,14 +107,14 @@ def order_chunks(chunks: list[ScheduledChunk], lora_slot=None) -> list[Scheduled
 
 def build_step_inputs(
     chunks: list[ScheduledChunk], tables: dict[str, list[int]], block_size: int, device: torch.device,
-    cascade: bool = False, rope_lengths: bool = False, window: int | None = None,
+    cascade: bool = False, rope_lengths: bool = False, window: int | None = None, all_windowed: bool = False,
 ) -> StepInputs:
     """``chunks`` in ``order_chunks`` order; ``tables``: each sequence's block table, this step's blocks included.
     ``cascade``: group prefill chunks behind the same cached blocks into ``SharedPrefix``es. ``rope_lengths``:
     the model's RoPE depends on the length (``protocol.RopeByLength``): a row at position p of a sequence with
     ``rope_length`` L is rotated as transformers' forward over max(L, p + 1) tokens rotates it (the prompt's
     length for every prompt token, chunked or not; p + 1 for a generated one). ``window``: the model's sliding
-    window (None: it has none)."""
+    window (None: it has none); ``all_windowed``: every layer attends within it."""
     token_ids: list[int] = []
     positions: list[int] = []
     slots: list[int] = []
@@ -120,6 +123,8 @@ def build_step_inputs(
     prefills: list[PrefillSpan] = []
     lengths: list[int] | None = [] if rope_lengths else None
     behind: dict[tuple[int, ...], list[tuple[int, ScheduledChunk]]] = {}  # cached blocks -> chunks after them
+    windowed = window is not None and any(c.start_pos + len(c.token_ids) > window for c in chunks)
+    full = not (windowed and all_windowed)  # some layer attends over the whole context
     for chunk in chunks:
         row, n, table = len(token_ids), len(chunk.token_ids), tables[chunk.seq_id]
         token_ids.extend(chunk.token_ids)
@@ -132,6 +137,8 @@ def build_step_inputs(
             for r in range(row + n - 1 - chunk.num_draft, row + n):
                 sample_rows.append(r)
                 sample_seq_ids.append(chunk.seq_id)
+        if not full:
+            continue
         if n > 1 and cascade and chunk.start_pos > 0 and chunk.start_pos % block_size == 0:
             behind.setdefault(tuple(table[: chunk.start_pos // block_size]), []).append((row, chunk))
         elif n > 1:
@@ -150,12 +157,13 @@ def build_step_inputs(
 
     inputs = StepInputs(
         as_tensor(token_ids), as_tensor(positions), as_tensor(slots),
-        _decode_groups(singles, tables, block_size, device), prefills,
+        _decode_groups(singles, tables, block_size, device) if full else [], prefills,
         as_tensor(sample_rows), sample_seq_ids, shared, lengths, window,
     )
-    if window is None or all(c.start_pos + len(c.token_ids) <= window for c in chunks):
+    if not windowed:
         return inputs
-    return replace(inputs, windowed=_windowed(inputs, chunks, tables, block_size, device, window))
+    local = _windowed(inputs, chunks, tables, block_size, device, window)
+    return replace(inputs, windowed=local) if full else local
 
 
 def _windowed(inputs: StepInputs, chunks: list[ScheduledChunk], tables: dict[str, list[int]], block_size: int,
@@ -163,8 +171,8 @@ def _windowed(inputs: StepInputs, chunks: list[ScheduledChunk], tables: dict[str
     """``inputs`` with the attention indices of sliding-window layers: the same decode groups over each row's
     last ``window`` keys, every prefill chunk over its window (no cascade)."""
     singles = [c for c in chunks if len(c.token_ids) == 1]
-    groups = [_window_group(g, singles[g.row_lo : g.row_hi], tables, block_size, device, window)
-              for g in inputs.decode_groups]
+    groups = [_window_group(lo, hi, singles[lo:hi], tables, block_size, device, window)
+              for lo, hi in _group_bounds(singles)]
     spans, row = [], 0
     for chunk in chunks:
         if len(chunk.token_ids) > 1:
@@ -173,7 +181,7 @@ def _windowed(inputs: StepInputs, chunks: list[ScheduledChunk], tables: dict[str
     return replace(inputs, decode_groups=groups, prefills=spans, shared_prefixes=[], windowed=None)
 
 
-def _window_group(group: DecodeGroup, chunks, tables, block_size: int, device, window: int) -> DecodeGroup:
+def _window_group(lo: int, hi: int, chunks, tables, block_size: int, device, window: int) -> DecodeGroup:
     """``group``'s rows over their last ``window`` keys each, right-aligned: [B, min(window, longest)]."""
     lengths = [c.start_pos + 1 for c in chunks]
     kv_len = min(window, max(lengths))
@@ -184,7 +192,7 @@ def _window_group(group: DecodeGroup, chunks, tables, block_size: int, device, w
     if min(lengths) < kv_len:
         slots = torch.where(valid, slots, NULL_SLOT)
         mask = valid[:, None, None, :]
-    return DecodeGroup(group.row_lo, group.row_hi, kv_len, slots.reshape(-1), mask)
+    return DecodeGroup(lo, hi, kv_len, slots.reshape(-1), mask)
 
 
 def _window_span(row: int, chunk: ScheduledChunk, table: list[int], block_size: int, device, window: int
@@ -244,13 +252,18 @@ def _decode_groups(
     singles: list[ScheduledChunk], tables: dict[str, list[int]], block_size: int, device: torch.device
 ) -> list[DecodeGroup]:
     """One group per run of rows in the same length bucket (``order_chunks`` made them runs)."""
-    groups: list[DecodeGroup] = []
+    return [_decode_group(lo, hi, singles[lo:hi], tables, block_size, device) for lo, hi in _group_bounds(singles)]
+
+
+def _group_bounds(singles: list[ScheduledChunk]) -> list[tuple[int, int]]:
+    """(lo, hi) of each run of single-token chunks in the same length bucket."""
+    bounds: list[tuple[int, int]] = []
     lo = 0
     for hi in range(1, len(singles) + 1):
         if hi == len(singles) or length_bucket(singles[hi].start_pos + 1) != length_bucket(singles[lo].start_pos + 1):
-            groups.append(_decode_group(lo, hi, singles[lo:hi], tables, block_size, device))
+            bounds.append((lo, hi))
             lo = hi
-    return groups
+    return bounds
 
 
 def _decode_group(lo, hi, chunks, tables, block_size, device) -> DecodeGroup:

@@ -58,6 +58,8 @@ class ModelRunner:
         self.max_len = loaded.info.max_model_len
         self.block_size = size.block_size
         self.window = getattr(self.decoder, "sliding_window", None)  # its sliding-window layers' window, if any
+        # every layer windowed: positions below the window are never read (the engine frees their blocks)
+        self.all_windowed = self.window is not None and all(getattr(self.decoder, "sliding", (False,)))
         # chunks behind one cached prefix attend over it once, in layers over the whole context without capped scores
         self.cascade = (self.device.type in CASCADE_DEVICES and getattr(self.decoder, "attn_softcap", None) is None
                         and not all(getattr(self.decoder, "sliding", (False,))))
@@ -77,6 +79,7 @@ class ModelRunner:
             loaded.info, kv_block_size=size.block_size, num_kv_blocks=size.num_blocks,
             kv_bytes_per_token=size.bytes_per_token, num_layers=base.num_layers,
             lora_modules={name: list(features) for name, features in base.modules.items()},
+            sliding_window=self.window, all_layers_windowed=self.all_windowed,
         )
         self._seqs: dict[str, _Sequence] = {}
 
@@ -210,7 +213,7 @@ class ModelRunner:
         ordered = order_chunks(chunks, self._lora_slot)
         tables = {c.seq_id: self._seqs[c.seq_id].blocks for c in ordered}
         inputs = build_step_inputs(ordered, tables, self.block_size, self.device, self.cascade, self.rope_lengths,
-                                   self.window)
+                                   self.window, self.all_windowed)
         lora = self._lora_step(ordered, inputs)
         with torch.inference_mode():
             hidden = self.decoder.forward(inputs, self.cache, lora)  # [T, hidden]

@@ -90,3 +90,50 @@ def test_admit_refuses_a_sequence_that_already_holds_blocks():
     kv.admit(s, [], 4)
     with pytest.raises(ValueError, match="already holds"):
         kv.admit(s, [], 4)
+
+
+def test_blocks_wholly_before_the_window_are_freed_exactly_when_no_query_reads_them():
+    """Window 6, blocks of 4: after c computed tokens the next query (position >= c) reads keys >= c - 5,
+    so block i (positions 4i..4i+3) goes once 4i + 3 < c - 5."""
+    kv = KVCacheManager(num_blocks=20, block_size=4)
+    s = seq(range(30))
+    kv.admit(s, [], 30)
+    first = s.blocks[0]
+    for computed, freed in [(8, 0), (9, 1), (12, 1), (13, 2), (29, 6)]:
+        s.num_computed = computed
+        kv.cache_computed(s)
+        kv.free_behind_window(s, window=6)
+        assert [b.block_id for b in s.blocks[:freed + 1]] == [0] * freed + [freed + 1], computed
+        assert kv.num_free_blocks == 19 - 8 + freed
+    assert first.ref_count == 0 and kv.pool.lookup(first.block_hash) is first  # cached, evictable
+    kv.free(s)  # the null placeholders are skipped
+    assert kv.num_free_blocks == 19 and s.num_behind_window == 0
+
+
+def test_freed_window_blocks_still_serve_prefix_hits_and_are_never_registered_again():
+    kv = KVCacheManager(num_blocks=20, block_size=4)
+    s = filled(kv, seq(range(20), "long"))
+    assert kv.free_behind_window(s, window=5) == 4 and kv.free_behind_window(s, window=5) == 0
+    s.token_ids.extend([1, 2, 3, 4])
+    kv.grow(s, 24)
+    s.num_computed = 24
+    kv.cache_computed(s)  # only block 5 is new: the placeholders are not hashed
+    assert kv.pool.block(0).block_hash is None and s.num_registered == 6
+    again = seq(list(range(20)) + [1, 2, 3, 4, 5], "again")
+    assert [b.block_id for b in kv.cached_prefix(again)] == [1, 2, 3, 4, 5, 6]
+
+
+def test_unregistered_and_kept_blocks_are_not_freed():
+    kv = KVCacheManager(num_blocks=20, block_size=4)
+    s = seq(range(20))
+    kv.admit(s, [], 20)
+    s.num_computed = 20
+    assert kv.free_behind_window(s, window=5) == 0  # computed, but not in the prefix cache yet
+    kv.cache_computed(s)
+    assert kv.free_behind_window(s, window=5, keep=3) == 1  # a session's three prompt blocks stay
+    assert [b.block_id for b in s.blocks] == [1, 2, 3, 0, 5]
+    off = KVCacheManager(num_blocks=20, block_size=4, enable_prefix_caching=False)
+    t = seq(range(20))
+    off.admit(t, [], 20)
+    t.num_computed = 20
+    assert off.free_behind_window(t, window=5) == 4

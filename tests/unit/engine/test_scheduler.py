@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from llm_byoc.engine.scheduler import Scheduler, SchedulerLimits
 from llm_byoc.errors import InvalidRequest, QueueFull
@@ -479,3 +481,63 @@ def test_a_phi3_sequence_outgrowing_the_threshold_is_computed_again_with_its_who
     assert s.num_preemptions == 0
     batch, _ = run_step(s)
     assert batch.preempted == [] and [(c.start_pos, c.rope_length) for c in batch.chunks] == [(13, 13)]
+
+
+def windowed(window: int, **kwargs) -> Scheduler:
+    s = make(**kwargs)
+    s.limits = replace(s.limits, window=window)
+    return s
+
+
+def test_every_layer_windowed_a_long_generation_holds_its_window_and_a_block():
+    s = windowed(20, block_size=4, max_model_len=200, num_kv_blocks=80)
+    add(s, "a", 10, max_new_tokens=150)
+    most = 0
+    while s.num_running or s.num_waiting:
+        batch, _ = run_step(s)
+        seq = s._running.get("a")
+        if seq is not None:  # blocks wholly below num_computed - 19 are gone, and only those
+            gone = max(0, seq.num_computed - 19) // 4
+            assert [b.block_id == 0 for b in seq.blocks] == [True] * gone + [False] * (len(seq.blocks) - gone)
+        most = max(most, s.kv_stats().blocks_used)
+    assert most <= 20 // 4 + 2  # the window's blocks, one being filled, one more as a step straddles a block
+    assert s.kv_stats().blocks_used == 0  # finished: the rest are back too
+    plain = make(block_size=4, max_model_len=200, num_kv_blocks=80)
+    add(plain, "a", 10, max_new_tokens=150)
+    for _ in range(100):
+        run_step(plain)
+    assert plain.kv_stats().blocks_used > 20  # without a window every block stays
+
+
+def test_windowed_sequences_preempted_after_freeing_are_recomputed_from_their_first_token():
+    s = windowed(16, block_size=4, max_model_len=40, num_kv_blocks=11, max_batched_tokens=16)
+    for i in range(4):
+        add(s, f"s{i}", 12, max_new_tokens=28)
+    restarted, steps = set(), 0
+    while (batch := s.schedule()) is not None and steps < 500:
+        steps += 1
+        restarted |= set(batch.preempted)
+        for chunk in batch.chunks:
+            seq = s._running[chunk.seq_id]
+            assert chunk.token_ids == seq.token_ids[chunk.start_pos : chunk.start_pos + len(chunk.token_ids)]
+            if chunk.seq_id in batch.preempted:  # back in the same step: from scratch or whole cached blocks
+                assert chunk.start_pos % 4 == 0
+            # the next query reads keys >= start_pos - 15: none of them is in a freed block
+            lowest = max(0, chunk.start_pos - 15) // 4
+            assert all(b.block_id != 0 for b in seq.blocks[lowest:]), chunk.seq_id
+        s.postprocess(reply(batch))
+    assert s.num_preemptions > 0 and s.num_running == 0 and s.num_waiting == 0
+    assert s.kv_stats().blocks_used == 0
+
+
+def test_a_session_keeps_its_prompt_blocks_while_the_rest_falls_out_of_the_window():
+    s = windowed(8, block_size=4, max_model_len=60, num_kv_blocks=40)
+    session = s.sessions.open()
+    s.add(AddSequence("a", list(range(10, 22)), SamplingParams(max_new_tokens=20), session_id=session))
+    for _ in range(15):
+        run_step(s)
+    blocks = [b.block_id for b in s._running["a"].blocks]
+    assert blocks[:3] == [1, 2, 3] and 0 in blocks[3:]  # the prompt's three blocks stay, generated ones go
+    while s.num_running:
+        run_step(s)
+    assert s.sessions.num_pinned == 3 and s.kv.pool.block(0).ref_count == 1

@@ -143,3 +143,22 @@ def test_windowed_layers_form_no_cascade_groups():
     inputs = build_step_inputs(chunks, tables, BS, CPU, cascade=True, window=4)
     assert len(inputs.shared_prefixes) == 1
     assert inputs.windowed.shared_prefixes == [] and [s.row for s in inputs.windowed.prefills] == [0, 3]
+
+
+def test_every_layer_windowed_no_index_reaches_below_the_window():
+    """Blocks below the window are freed by the engine (their table entries are stale, here 90 and 91): with
+    ``all_windowed`` the windowed indices serve every layer and the full-context ones are not built."""
+    tables = {"d": [90, 91, 5, 6], "p": [90, 91, 7, 8]}  # window 4: "d" at 13 reads 10..13, "p" 9..14 from 12
+    chunks = order_chunks([ScheduledChunk("d", [1], 13, True), ScheduledChunk("p", [2, 3, 4], 12, True)])
+    both = build_step_inputs(chunks, tables, BS, CPU, window=4)
+    only = build_step_inputs(chunks, tables, BS, CPU, window=4, all_windowed=True)
+    assert only.windowed is None and only.window == 4
+    assert only.decode_groups[0].gather.tolist() == both.windowed.decode_groups[0].gather.tolist()
+    assert only.prefills[0].gather.tolist() == both.windowed.prefills[0].gather.tolist()
+    stale = set(range(90 * BS, 92 * BS))
+    read = set(only.decode_groups[0].gather.tolist()) | set(only.prefills[0].gather.tolist())
+    assert read and not read & stale
+    assert set(both.decode_groups[0].gather.tolist()) & stale  # the full-context indices would reach them
+    short = build_step_inputs([ScheduledChunk("a", [1, 2], 0, True)], {"a": [3]}, BS, CPU, window=4,
+                              all_windowed=True)
+    assert short.windowed is None and [s.row for s in short.prefills] == [0]  # within the window: the plain ones

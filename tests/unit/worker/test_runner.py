@@ -118,9 +118,12 @@ def test_chunks_behind_one_cached_document_match_generate_with_cascade_on_and_of
 
 def test_preemption_forced_by_a_tiny_pool_matches_generate(model_dir, runner):
     """Nine blocks of 16 for four sequences of up to 102 tokens: the newest are preempted and
-    recomputed, over and over, and every output is still exactly generate's."""
+    recomputed, over and over, and every output is still exactly generate's. A model windowed in every layer
+    frees what leaves its window, so far less preempts it: eight blocks preempt one sequence once, after
+    its first blocks were freed, and it recomputes from its first token."""
     requests = _mixed_requests()
-    result = drive(runner, requests, num_slots=4, token_budget=24, eos_token_ids=EOS, num_blocks=9)
+    blocks = 8 if runner.info.all_layers_windowed else 9
+    result = drive(runner, requests, num_slots=4, token_budget=24, eos_token_ids=EOS, num_blocks=blocks)
     assert result.preemptions > 0
     _assert_matches_generate(model_dir, requests, result.outputs)
 
@@ -266,3 +269,39 @@ def test_n_copies_of_a_prompt_greedy_are_identical_and_seeded_samples_reproducib
 
     first, again = seeded("a"), seeded("b")
     assert first == again and first[0] != first[1]
+
+
+class _Counting:
+    """A runner that notes the most KV blocks the scheduler holds at any step."""
+
+    def __init__(self, runner, scheduler):
+        self.runner, self.scheduler, self.most = runner, scheduler, 0
+
+    def step(self, batch):
+        self.most = max(self.most, self.scheduler.kv_stats().blocks_used)
+        return self.runner.step(batch)
+
+
+@pytest.mark.parametrize("prefix_caching", [True, False])
+def test_a_long_generation_on_mistral_frees_what_left_its_window_and_matches_generate(tiny_mistral_dir,
+                                                                                        prefix_caching):
+    """Every layer windowed (12 keys): each sequence holds the blocks of its window and the one being filled, so
+    two sequences of 110 tokens run in 7 blocks of 16 without preemption, reusing each other's freed blocks."""
+    from fixtures.step_driver import limits_for
+    from llm_byoc.engine.scheduler import Scheduler
+
+    runner = ModelRunner.from_config(EngineConfig(model=str(tiny_mistral_dir), max_num_seqs=4))
+    assert runner.info.sliding_window == 12 and runner.info.all_layers_windowed
+    requests = [Request(f"m{i}", p, SamplingParams(max_new_tokens=90), arrive)
+                for i, (p, arrive) in enumerate(zip(_prompts(41, [20, 17]), [0, 5]))]
+    scheduler = Scheduler(limits_for(runner, 4, 24, EOS, num_blocks=8, prefix_caching=prefix_caching))
+    counting = _Counting(runner, scheduler)
+    result = drive(counting, requests, num_slots=4, token_budget=24, eos_token_ids=EOS, scheduler=scheduler)
+    assert result.preemptions == 0 and counting.most <= 2 * 3
+    assert all(len(out) > 60 for out in result.outputs.values())  # long: past several windows
+    _assert_matches_generate(tiny_mistral_dir, requests, result.outputs)
+
+
+def test_layers_not_all_windowed_free_nothing(tiny_gemma2_dir):
+    runner = ModelRunner.from_config(EngineConfig(model=str(tiny_gemma2_dir), max_num_seqs=4))
+    assert runner.info.sliding_window == 8 and not runner.info.all_layers_windowed
