@@ -29,6 +29,15 @@ def runner(tiny_llama_dir):
     return ModelRunner.from_config(EngineConfig(model=str(tiny_llama_dir), max_num_seqs=4))
 
 
+# Mistral: every layer attends within a 12-token window, and blocks behind it are freed while proposals come and go
+@pytest.fixture(scope="module", params=[("tiny_llama_dir", 9), ("tiny_mistral_dir", 7)])
+def model_runner(request):
+    """(model folder, its runner, a pool small enough to preempt in the middle of accepted runs)."""
+    name, tight_pool = request.param
+    folder = request.getfixturevalue(name)
+    return folder, ModelRunner.from_config(EngineConfig(model=str(folder), max_num_seqs=4)), tight_pool
+
+
 def _prompts() -> list[list[int]]:
     rng = random.Random(3)
     phrase = [rng.randrange(3, 384) for _ in range(9)]
@@ -48,8 +57,10 @@ def _greedy_params() -> list[SamplingParams]:
     return [SamplingParams(max_new_tokens=n, speculative=s) for n, s in ((40, True), (30, True), (35, False), (25, True))]
 
 
-@pytest.mark.parametrize("num_blocks", [None, 9])  # 9 blocks: preemption in the middle of accepted runs
-def test_greedy_with_speculation_matches_generate(tiny_llama_dir, runner, num_blocks):
+@pytest.mark.parametrize("tight", [False, True])  # tight: preemption in the middle of accepted runs
+def test_greedy_with_speculation_matches_generate(model_runner, tight):
+    model_dir, runner, tight_pool = model_runner
+    num_blocks = tight_pool if tight else None
     requests = _requests(_greedy_params())
     scheduler = _scheduler(runner, num_blocks)
     result = drive(runner, requests, num_slots=4, token_budget=24, eos_token_ids=EOS, scheduler=scheduler)
@@ -58,7 +69,7 @@ def test_greedy_with_speculation_matches_generate(tiny_llama_dir, runner, num_bl
     if num_blocks:
         assert result.preemptions > 0
     for request in requests:
-        expected = hf_greedy(tiny_llama_dir, request.prompt, request.params.max_new_tokens)
+        expected = hf_greedy(model_dir, request.prompt, request.params.max_new_tokens)
         assert result.outputs[request.seq_id] == expected, request.seq_id
     assert scheduler.kv.pool.num_free == scheduler.kv.pool.num_usable  # every block came back
 
