@@ -128,6 +128,24 @@ def test_preemption_forced_by_a_tiny_pool_matches_generate(model_dir, runner):
     _assert_matches_generate(model_dir, requests, result.outputs)
 
 
+def test_seeded_sampling_in_mixed_batches_is_reproducible_and_survives_preemption(runner):
+    """Every architecture: the same seeded requests in a mixed continuous batch give the same tokens twice, and
+    again when a tiny pool preempts them; other seeds give other tokens."""
+    def sampled(tag: str, seed: int, num_blocks: int | None = None):
+        requests = [Request(f"{tag}{r.seq_id}", r.prompt, SamplingParams(
+                        max_new_tokens=r.params.max_new_tokens, temperature=1.0, top_p=0.95, seed=seed + i),
+                        r.arrive_step)
+                    for i, r in enumerate(_mixed_requests())]
+        result = drive(runner, requests, num_slots=4, token_budget=24, eos_token_ids=EOS, num_blocks=num_blocks)
+        return {k.removeprefix(tag): v for k, v in result.outputs.items()}, result.preemptions
+
+    first, _ = sampled("a", 40)
+    again, _ = sampled("b", 40)
+    tight, preemptions = sampled("c", 40, 8 if runner.info.all_layers_windowed else 9)
+    assert first == again == tight and preemptions > 0
+    assert sampled("d", 90)[0] != first
+
+
 def test_preempted_sampling_goes_on_as_if_never_interrupted(tiny_llama_dir):
     """Seeded sampling and a repetition penalty: the worker keeps each sequence's generator and
     seen tokens across preemption, so a tiny pool gives exactly the tokens a roomy one gives."""
