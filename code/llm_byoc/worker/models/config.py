@@ -94,12 +94,7 @@ class LlamaDecoderConfig:
                 and (layer + 1) % self.decoder_sparse_step == 0)
 
     def __post_init__(self) -> None:
-        _require_positive(self, "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                          "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings")
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise ModelLoadError(f"num_attention_heads ({self.num_attention_heads}) is not a multiple of "
-                                 f"num_key_value_heads ({self.num_key_value_heads})")
-        _check_layer_types(self)
+        _check_attention_decoder(self)
 
     @classmethod
     def from_json(cls, raw: dict) -> "LlamaDecoderConfig":
@@ -254,12 +249,7 @@ class GemmaDecoderConfig:
     use_bidirectional_attention: bool = False
 
     def __post_init__(self) -> None:
-        _require_positive(self, "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                          "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings")
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise ModelLoadError(f"num_attention_heads ({self.num_attention_heads}) is not a multiple of "
-                                 f"num_key_value_heads ({self.num_key_value_heads})")
-        _check_layer_types(self)
+        _check_attention_decoder(self)
 
     @classmethod
     def from_json(cls, raw: dict) -> "GemmaDecoderConfig":
@@ -357,6 +347,17 @@ def _standardized(params: dict, raw: dict, max_positions: int, model_type: str =
             params["original_max_position_embeddings"] = top_level
         params.setdefault("original_max_position_embeddings", max_positions)
     return params
+
+
+def _check_attention_decoder(config) -> None:
+    """The checks a Llama-family or Gemma config passes on construction: positive sizes, whole KV head groups,
+    one layer type per layer."""
+    _require_positive(config, "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                      "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings")
+    if config.num_attention_heads % config.num_key_value_heads:
+        raise ModelLoadError(f"num_attention_heads ({config.num_attention_heads}) is not a multiple of "
+                             f"num_key_value_heads ({config.num_key_value_heads})")
+    _check_layer_types(config)
 
 
 def _require_keys(raw: dict, names: tuple[str, ...]) -> None:
