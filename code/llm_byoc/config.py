@@ -65,6 +65,7 @@ ENV_NGRAM_MIN = "LLM_BYOC_NGRAM_MIN"
 ENV_NGRAM_MAX = "LLM_BYOC_NGRAM_MAX"
 ENV_SPECULATIVE_MAX_NUM_SEQS = "LLM_BYOC_SPECULATIVE_MAX_NUM_SEQS"
 ENV_SPECULATIVE_MIN_ACCEPTANCE = "LLM_BYOC_SPECULATIVE_MIN_ACCEPTANCE"
+ENV_DRAFT_MODEL = "LLM_BYOC_DRAFT_MODEL"
 ENV_VLLM_ENGINE_ARGS = "LLM_BYOC_VLLM_ENGINE_ARGS"
 ENV_VLLM_ENABLE_LORA = "LLM_BYOC_VLLM_ENABLE_LORA"
 # Server
@@ -243,7 +244,8 @@ class EngineConfig:
     pipeline_parallel_size: int = 1  # vllm
     quantization: str = ""  # vllm: "" reads the checkpoint's quantization_config; else vLLM's method name
     speculative_config: str = ""  # vllm: JSON passed through as its speculative_config
-    speculative_method: str = "off"  # off | ngram (prompt lookup, engine/speculative.py); draft is not built yet
+    speculative_method: str = "off"  # off | ngram (prompt lookup, engine/speculative.py) | draft (worker/draft.py)
+    draft_model: str = ""  # draft: a local model folder with the target's vocabulary (LLM_BYOC_DRAFT_MODEL)
     num_speculative_tokens: int = 4  # tokens proposed per sequence and step
     ngram_min: int = 1  # prompt lookup: the shortest suffix matched (vLLM's prompt_lookup_min)
     ngram_max: int = 4  # the longest (vLLM's prompt_lookup_max); longer matches are tried first
@@ -301,8 +303,8 @@ class EngineConfig:
                  f"{ENV_VLLM_ENABLE_LORA} must be auto, true or false, not {self.vllm_enable_lora!r}")
         _require(self.speculative_method in SPECULATIVE_METHODS,
                  f"{ENV_SPECULATIVE} must be one of {', '.join(SPECULATIVE_METHODS)}, not {self.speculative_method!r}")
-        _require(self.speculative_method != "draft",
-                 f"{ENV_SPECULATIVE}=draft (a draft model) is not built yet; use off or ngram")
+        _require(self.speculative_method != "draft" or bool(self.draft_model),
+                 f"{ENV_SPECULATIVE}=draft needs {ENV_DRAFT_MODEL}: a model folder sharing the model's tokenizer")
         _require(1 <= self.num_speculative_tokens <= 16, f"{ENV_NUM_SPECULATIVE_TOKENS} must be from 1 to 16")
         _require(1 <= self.ngram_min <= self.ngram_max <= 32,
                  f"{ENV_NGRAM_MIN} and {ENV_NGRAM_MAX} must satisfy 1 <= min <= max <= 32")
@@ -363,6 +365,7 @@ class EngineConfig:
             quantization=(env.get(ENV_QUANTIZATION) or "").strip(),
             speculative_config=(env.get(ENV_SPECULATIVE_CONFIG) or "").strip(),
             speculative_method=(env.get(ENV_SPECULATIVE) or "off").strip().lower(),
+            draft_model=(env.get(ENV_DRAFT_MODEL) or "").strip(),
             num_speculative_tokens=_int(env, ENV_NUM_SPECULATIVE_TOKENS, 4),
             ngram_min=_int(env, ENV_NGRAM_MIN, 1),
             ngram_max=_int(env, ENV_NGRAM_MAX, 4),

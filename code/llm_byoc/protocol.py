@@ -242,6 +242,9 @@ class NewSequence:
     seq_id: str
     params: SamplingParams
     adapter: str = ""  # the uid of its LoRA adapter (active in a slot); "": the base model
+    # draft-model speculation only: the prompt tokens of the cached prefix its first chunk starts after (the
+    # draft model computes them; no chunk carries them)
+    prefix_token_ids: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -263,6 +266,9 @@ class ScheduledChunk:
     block_ids: list[int] = field(default_factory=list)
     rope_length: int = 0  # RopeByLength models: the sequence's prompt length (0 otherwise); see RopeByLength
     num_draft: int = 0  # speculative decoding: the last num_draft tokens are proposals to verify (sample is true)
+    # draft-model speculation: the worker's draft model proposes this many tokens after token_ids and they are
+    # verified in the same step (sample is true; block_ids cover them)
+    num_propose: int = 0
 
 
 @dataclass(frozen=True)

@@ -114,7 +114,7 @@ from .kv_cache_manager import KVCacheManager
 from .session_pins import SessionPins
 from .structured_output import StructuredOutput
 from .sequence import Sequence, SequenceStatus
-from .speculative import SpecTracker, can_speculate, propose_ngram
+from .speculative import Proposal, SpecTracker, can_speculate, propose_ngram
 
 ADMISSION_RESERVE = 0.01  # of the blocks, kept free when admitting beside running sequences
 
@@ -136,7 +136,7 @@ class SchedulerLimits:
     session_kv_share: float = 0.5  # of the blocks, at most, pinned by open sessions
     session_ttl_s: float = 1200.0
     rope_by_length: RopeByLength | None = None  # the model's RoPE depends on the sequence's length
-    speculative: str = "off"  # off | ngram
+    speculative: str = "off"  # off | ngram | draft
     num_speculative_tokens: int = 4
     ngram_min: int = 1
     ngram_max: int = 4
@@ -206,7 +206,7 @@ class Scheduler:
         self.adapter_requests: Counter[str] = Counter()
         self.adapter_tokens: Counter[str] = Counter()
         self.spec = None if limits.speculative == "off" else SpecTracker(limits.speculative, limits.spec_min_acceptance)
-        self._drafts: dict[str, list[int]] = {}  # proposals of the step in flight
+        self._drafts: dict[str, Proposal] = {}  # proposals of the step in flight
 
     # --- queue ---------------------------------------------------------------
 
@@ -313,7 +313,7 @@ class Scheduler:
         drops, loads, activations = self.adapters.take_changes()
         self._step_id += 1
         freed, self._freed = self._freed, []
-        self._drafts = {c.seq_id: self._drafts[c.seq_id] for c in chunks if c.num_draft}
+        self._drafts = {c.seq_id: self._drafts[c.seq_id] for c in chunks if c.num_draft or c.num_propose}
         self._scheduled = [self._running[c.seq_id] for c in chunks]
         self._expect_sample = {c.seq_id for c in chunks if c.sample}
         masks = self.structured.masks([self._running[c.seq_id] for c in chunks if c.sample])
@@ -335,21 +335,28 @@ class Scheduler:
             for seq in decoding:
                 if budget <= 0:
                     break
-                drafts = self._propose(seq, budget)
-                if drafts:
-                    self._drafts[seq.seq_id] = drafts
-                    plan[seq.seq_id] = (1 + len(drafts), [])
-                    budget -= len(drafts)
+                proposal = self._propose(seq, budget)
+                if proposal is not None:
+                    self._drafts[seq.seq_id] = proposal
+                    plan[seq.seq_id] = (1 + proposal.count, [])
+                    budget -= proposal.count
         return plan
 
-    def _propose(self, seq: Sequence, budget: int) -> list[int]:
-        """Proposed tokens for a decoding sequence, within the budget, max_new_tokens and the window."""
-        if not can_speculate(seq.params) or seq.seq_id not in self._running or not self.spec.enabled(seq.seq_id):
-            return []
+    def _propose(self, seq: Sequence, budget: int) -> Proposal | None:
+        """Proposals for a decoding sequence, within the budget, max_new_tokens and the window: the n-gram's
+        tokens, or how many the worker's draft model proposes."""
+        if (not can_speculate(seq.params) or seq.seq_id not in self._running
+                or not self.spec.enabled(seq.seq_id, seq.num_generated)):
+            return None
         limits = self.limits
         k = min(limits.num_speculative_tokens, budget, seq.params.max_new_tokens - seq.num_generated - 1,
                 limits.max_model_len - seq.num_tokens)
-        return propose_ngram(seq.token_ids, k, limits.ngram_min, limits.ngram_max) if k > 0 else []
+        if k <= 0:
+            return None
+        if limits.speculative == "draft":
+            return Proposal(k)
+        tokens = propose_ngram(seq.token_ids, k, limits.ngram_min, limits.ngram_max)
+        return Proposal(len(tokens), tuple(tokens)) if tokens else None
 
     def _grow_blocks(self, plan: dict[str, tuple[int, list[int]]]) -> list[str]:
         """Blocks for the plan, oldest sequence first; preempt the newest when none is free."""
@@ -404,7 +411,8 @@ class Scheduler:
             if not seq.seen_by_worker:
                 seq.num_cached_tokens = cached
                 seq.seen_by_worker = True
-                new.append(NewSequence(seq.seq_id, seq.params, seq.adapter.uid if seq.adapter else ""))
+                prefix = seq.token_ids[:cached] if self.limits.speculative == "draft" else []  # the draft's to know
+                new.append(NewSequence(seq.seq_id, seq.params, seq.adapter.uid if seq.adapter else "", prefix))
             seq.status = SequenceStatus.RUNNING
             self._running[seq.seq_id] = seq
             if seq.adapter is not None:
@@ -454,17 +462,18 @@ class Scheduler:
 
     def _chunk(self, seq: Sequence, n: int, block_ids: list[int]) -> ScheduledChunk:
         start = seq.num_computed
-        drafts = self._drafts.get(seq.seq_id, []) if seq.num_uncomputed == 1 else []
-        n -= len(drafts)  # proposals are computed, but count only once accepted
+        proposal = (self._drafts.get(seq.seq_id) if seq.num_uncomputed == 1 else None) or Proposal(0)
+        n -= proposal.count  # proposals are computed, but count only once accepted
         seq.num_computed += n
         return ScheduledChunk(
             seq_id=seq.seq_id,
-            token_ids=seq.token_ids[start : start + n] + drafts,
+            token_ids=seq.token_ids[start : start + n] + list(proposal.token_ids),
             start_pos=start,
             sample=seq.num_computed == seq.num_tokens,
             block_ids=block_ids,
             rope_length=seq.rope_length,
-            num_draft=len(drafts),
+            num_draft=len(proposal.token_ids),
+            num_propose=proposal.count - len(proposal.token_ids),
         )
 
     def postprocess(self, output: StepOutput) -> list[SequenceUpdate]:
@@ -485,14 +494,14 @@ class Scheduler:
             seq = self._running.get(seq_id)
             if seq is None or seq_id not in expected:
                 continue  # aborted while the step ran, or not asked for
-            proposed = drafts.get(seq_id, [])
+            proposal = drafts.get(seq_id) or Proposal(0)
             accepted = len(samples) - 1
-            if accepted > len(proposed) or [s.token_id for s in samples[:accepted]] != proposed[:accepted]:
+            if accepted > proposal.count or not proposal.agrees([s.token_id for s in samples[:accepted]]):
                 continue  # not what was asked for: failed below
             expected.discard(seq_id)
-            if proposed:
+            if proposal.count:
                 seq.num_computed += accepted  # their keys and values were written in this step
-                self.spec.record(seq_id, len(proposed), accepted)
+                self.spec.record(seq_id, proposal.count, accepted, seq.num_generated + len(samples))
                 self.kv.trim(seq)  # the blocks of rejected proposals go back
             updates.append(self._append(seq, samples))
         for seq_id in expected:  # the worker skipped a sequence: fail it, never stall it

@@ -26,6 +26,7 @@ from ..config import EngineConfig
 from ..protocol import ScheduledChunk, StepBatch, StepOutput
 from .attention import CASCADE_DEVICES
 from .batch import build_step_inputs, order_chunks
+from .draft import DraftProposer
 from .kv_cache import PagedKVCache
 from .kv_commit import KVCommitter
 from .kv_sizing import KVCacheSize, bytes_per_token, size_kv_cache
@@ -50,7 +51,7 @@ class _Sequence:
 
 class ModelRunner:
     def __init__(self, loaded: LoadedModel, size: KVCacheSize, max_loras: int = 8, commit_kv: str = "lazy",
-                 huge_pages: bool = True):
+                 huge_pages: bool = True, draft: DraftProposer | None = None):
         self.decoder = loaded.decoder
         self.device = loaded.device
         self.vocab_size = loaded.info.vocab_size
@@ -82,6 +83,7 @@ class ModelRunner:
             sliding_window=self.window, all_layers_windowed=self.all_windowed,
         )
         self._seqs: dict[str, _Sequence] = {}
+        self.draft = draft  # draft-model speculation (LLM_BYOC_SPECULATIVE=draft): it proposes, this verifies
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> "ModelRunner":
@@ -93,8 +95,12 @@ class ModelRunner:
                              activation_peak=lambda: activation_peak(loaded, config))
         log.info("KV cache: %d blocks of %d tokens = %d tokens, %.2f GiB (%s)", size.num_blocks - 1,
                  size.block_size, (size.num_blocks - 1) * size.block_size, size.total_bytes / 1024**3, size.how)
+        draft = None
+        if config.speculative_method == "draft":
+            draft = DraftProposer.load(config, loaded, min(config.speculative_max_num_seqs, info.max_num_seqs),
+                                       size.block_size)
         return cls(loaded, size, config.max_loras, commit_kv=config.kv_cache_commit,
-                   huge_pages=config.kv_cache_huge_pages)
+                   huge_pages=config.kv_cache_huge_pages, draft=draft)
 
     @property
     def num_active(self) -> int:
@@ -122,7 +128,13 @@ class ModelRunner:
             if not seq.blocks:  # new, or preempted: it may start after a cached prefix the engine handed over
                 seq.num_cached = chunk.start_pos
             seq.blocks.extend(chunk.block_ids)
-        samples = self._compute(batch.chunks, masks) if batch.chunks else []
+        chunks = batch.chunks
+        if self.draft is not None:
+            self.draft.on_step(batch)
+            chunks = self.draft.with_proposals(chunks)
+        samples = self._compute(chunks, masks) if chunks else []
+        if self.draft is not None:
+            self.draft.after_verify(samples)
         return StepOutput(batch.step_id, samples, time.perf_counter() - started, adapter_results)
 
     def _adapter_changes(self, batch: StepBatch) -> list[AdapterLoadResult]:
@@ -159,6 +171,8 @@ class ModelRunner:
         unknown = [s for s in batch.preempted if s not in self._seqs]
         if unknown:
             raise ValueError(f"step {batch.step_id}: preempted unknown sequence {unknown[0]!r}")
+        if self.draft is not None:
+            self.draft.check(batch)
         restarted = set(new_ids) | set(batch.preempted)
         seen: set[str] = set()
         written: dict[int, str] = {}
@@ -176,7 +190,7 @@ class ModelRunner:
                 cached = seq.num_cached
             self._check_chunk(batch.step_id, chunk, cached, table)
             for index in range(chunk.start_pos // self.block_size,
-                               (chunk.start_pos + len(chunk.token_ids) - 1) // self.block_size + 1):
+                               (chunk.start_pos + len(chunk.token_ids) + chunk.num_propose - 1) // self.block_size + 1):
                 owner = written.setdefault(table[index], chunk.seq_id)
                 if owner != chunk.seq_id:
                     raise ValueError(f"step {batch.step_id}: {owner!r} and {chunk.seq_id!r} both write "
@@ -193,7 +207,10 @@ class ModelRunner:
         if chunk.num_draft and not (chunk.sample and 0 < chunk.num_draft < len(chunk.token_ids)):
             raise ValueError(f"step {step_id}: chunk for {chunk.seq_id!r} has {chunk.num_draft} proposals "
                              f"in {len(chunk.token_ids)} tokens")
-        end = chunk.start_pos + len(chunk.token_ids)
+        if chunk.num_propose and (self.draft is None or chunk.num_draft or not chunk.sample):
+            raise ValueError(f"step {step_id}: chunk for {chunk.seq_id!r} asks for {chunk.num_propose} proposals"
+                             + (" without a draft model" if self.draft is None else " and is not a plain decode"))
+        end = chunk.start_pos + len(chunk.token_ids) + chunk.num_propose
         if end > self.max_len:
             raise ValueError(
                 f"step {step_id}: sequence {chunk.seq_id!r} would exceed the context of {self.max_len} tokens"

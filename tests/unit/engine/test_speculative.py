@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from llm_byoc.engine.kv_cache_manager import block_hash, root_hash
 from llm_byoc.engine.scheduler import Scheduler, SchedulerLimits
-from llm_byoc.engine.speculative import can_speculate, propose_ngram
+from llm_byoc.engine.speculative import COOL_DOWN_TOKENS, can_speculate, propose_ngram
 from llm_byoc.protocol import AddSequence, GrammarSpec, SampledToken, SamplingParams, StepOutput
 
 PHRASE = [11, 12, 13, 14, 15, 16, 17, 18]
@@ -107,3 +107,21 @@ def test_the_engine_settings_reach_the_scheduler():
     assert (limits.speculative, limits.num_speculative_tokens, limits.ngram_min, limits.ngram_max,
             limits.spec_max_num_seqs, limits.spec_min_acceptance) == ("ngram", 3, 1, 2, 1, 0.5)
     assert SchedulerLimits.from_config(EngineConfig(), info).speculative == "off"
+
+
+def test_a_sequence_switched_off_for_low_acceptance_is_tried_again_after_a_cool_down():
+    s = make(speculative="draft", spec_min_acceptance=0.5)  # a draft model's proposals: asked for while enabled
+    s.add(AddSequence("a", PHRASE * 2, SamplingParams(max_new_tokens=300)))
+    step(s, {"a": [7]})
+    asked = []
+    for _ in range(4 + COOL_DOWN_TOKENS + 1):
+        batch, _ = step(s, {"a": [7]})  # every proposal rejected
+        asked.append(batch.chunks[0].num_propose)
+    assert batch.chunks[0].num_draft == 0 and "a" in s._running
+    assert asked[:4] == [4] * 4  # 16 proposed, none accepted: off
+    assert asked[4:4 + COOL_DOWN_TOKENS] == [0] * COOL_DOWN_TOKENS  # one token a step while it cools down
+    assert asked[4 + COOL_DOWN_TOKENS:] == [4]  # tried again, with fresh counts
+    # what it proposes from now on judges it: a good run keeps it on (4 of 8, 8 of 12, 12 of 16, ...)
+    for _ in range(5):
+        batch, _ = step(s, {"a": [7] * 5})  # all four accepted
+        assert batch.chunks[0].num_propose == 4
