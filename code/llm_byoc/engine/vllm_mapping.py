@@ -123,6 +123,8 @@ def engine_args(config: EngineConfig, folder: Path, dtype: str, max_model_len: i
     elif config.speculative_method == "ngram":  # LLM_BYOC_SPECULATIVE, as our engine reads it
         args["speculative_config"] = {"method": "ngram", "num_speculative_tokens": config.num_speculative_tokens,
                                       "prompt_lookup_min": config.ngram_min, "prompt_lookup_max": config.ngram_max}
+    elif config.speculative_method == "draft":  # vLLM infers a draft model's method from the model it is given
+        args["speculative_config"] = {"model": config.draft_model, "num_speculative_tokens": config.num_speculative_tokens}
     if facts.device == "cuda":
         args["gpu_memory_utilization"] = config.gpu_memory_utilization
     elif facts.kv_cache_bytes:

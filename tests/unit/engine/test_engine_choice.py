@@ -214,8 +214,16 @@ def test_llm_byoc_speculative_maps_onto_vllms_ngram_config_unless_the_json_is_gi
     assert "speculative_config" not in _args(EngineConfig())
 
 
+def test_llm_byoc_draft_model_maps_onto_vllms_draft_speculative_config():
+    config = EngineConfig.from_env({"LLM_BYOC_SPECULATIVE": "draft", "LLM_BYOC_DRAFT_MODEL": "/opt/ml/draft",
+                                    "LLM_BYOC_NUM_SPECULATIVE_TOKENS": "5"})
+    assert _args(config)["speculative_config"] == {"model": "/opt/ml/draft", "num_speculative_tokens": 5}
+    given = EngineConfig(speculative_method="draft", draft_model="/d", speculative_config='{"method": "ngram"}')
+    assert _args(given)["speculative_config"] == {"method": "ngram"}
+
+
 @pytest.mark.parametrize("env, message", [
-    ({"LLM_BYOC_SPECULATIVE": "draft"}, "draft .* is not built yet"),
+    ({"LLM_BYOC_SPECULATIVE": "draft"}, "draft needs LLM_BYOC_DRAFT_MODEL"),
     ({"LLM_BYOC_SPECULATIVE": "medusa"}, "must be one of off, ngram, draft"),
     ({"LLM_BYOC_SPECULATIVE": "ngram", "LLM_BYOC_NGRAM_MIN": "4", "LLM_BYOC_NGRAM_MAX": "2"}, "min <= max"),
     ({"LLM_BYOC_NUM_SPECULATIVE_TOKENS": "0"}, "from 1 to 16"),
