@@ -57,7 +57,7 @@ from .tool_formats import FORMATS, detect_format
 COMMON_FIELDS = (
     "model", "max_tokens", "temperature", "top_p", "stop", "seed", "n", "stream",
     "stream_options", "user", "logprobs", "ignore_eos", "min_tokens", "presence_penalty",
-    "frequency_penalty", "top_k", "repetition_penalty", "min_p", "logit_bias", "stop_token_ids",
+    "frequency_penalty", "top_k", "repetition_penalty", "min_p", "logit_bias", "stop_token_ids", "speculative",
 )
 CHAT_FIELDS = COMMON_FIELDS + ("messages", "max_completion_tokens", "top_logprobs", "response_format", "tools",
                                "tool_choice", "parallel_tool_calls", "chat_template_kwargs")
@@ -342,6 +342,7 @@ def _invocation(body: dict, prompts: list, chat: bool, max_tokens: int | None,
         frequency_penalty=opt_number(body, "frequency_penalty") or 0.0,
         logprobs=top_logprobs is not None,
         top_logprobs=top_logprobs or 0,
+        speculative=opt_bool(body, "speculative") is not False,
     )
     return OpenAIInvocation(
         prompts=[prompt for prompt in prompts for _ in range(samples)],

@@ -10,6 +10,8 @@
   stop_token_ids        token ids that end the answer (finish_reason "stop"), as EOS does
   chat_template_kwargs  extra variables for the chat template (e.g. {"enable_thinking": false});
                         the names the renderer itself takes are refused
+  speculative           false: no speculative decoding for this request (ours, as TGI's parameter; the
+                        OpenAI client sends it with extra_body={"speculative": False}); read in openai.py
 """
 
 from __future__ import annotations

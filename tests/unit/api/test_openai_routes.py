@@ -90,10 +90,10 @@ def test_logprobs_reach_both_shapes_plain_and_streamed(client, engine):
 
 def test_sampling_fields_reach_the_engine(client, engine):
     post(client, "/v1/completions", {"prompt": "a", "ignore_eos": True, "min_tokens": 2, "presence_penalty": 0.5,
-                                     "frequency_penalty": -1, "stop": "x", "max_tokens": 2})
+                                     "frequency_penalty": -1, "stop": "x", "max_tokens": 2, "speculative": False})
     params = engine.submitted[0][1]
-    assert (params.ignore_eos, params.min_tokens, params.presence_penalty, params.frequency_penalty, params.stop) == \
-        (True, 2, 0.5, -1.0, ("x",))
+    assert (params.ignore_eos, params.min_tokens, params.presence_penalty, params.frequency_penalty, params.stop,
+            params.speculative) == (True, 2, 0.5, -1.0, ("x",), False)
     bad = post(client, "/v1/completions", {"prompt": "a", "presence_penalty": 3})
     assert bad.status_code == 400 and "presence_penalty must be a number from -2 to 2" in bad.get_json()["error"]["message"]
     bad = post(client, "/v1/completions", {"prompt": "a", "min_tokens": 9, "max_tokens": 5})

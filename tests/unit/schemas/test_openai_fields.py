@@ -58,6 +58,17 @@ def test_each_sampling_field_reaches_the_sampling_parameters():
     assert parse_completion({"prompt": "x"}).params == SamplingParams(temperature=1.0)  # defaults change nothing
 
 
+def test_speculative_false_opts_a_request_out_of_speculative_decoding():
+    """The OpenAI client's extra_body fields arrive at the top of the body, as vLLM reads its own."""
+    assert parse_completion({"prompt": "x"}).params.speculative is True
+    assert parse_completion({"prompt": "x", "speculative": False, "n": 2}).params[1].speculative is False
+    chat = parse_chat({"messages": USER, "speculative": False}, TemplateTokenizer(HERMES_TEMPLATE))
+    assert chat.params.speculative is False
+    assert parse_completion({"prompt": "x", "speculative": True}).params.speculative is True
+    with pytest.raises(InvalidRequest, match="speculative must be true or false"):
+        parse_completion({"prompt": "x", "speculative": "off"})
+
+
 def test_token_id_prompts_one_or_several():
     assert parse_completion({"prompt": [5, 6, 7]}).prompts == [[5, 6, 7]]
     assert parse_completion({"prompt": [[5, 6], [7]], "n": 2}).prompts == [[5, 6], [5, 6], [7], [7]]
