@@ -149,3 +149,23 @@ def test_a_draft_must_share_the_tokenizer(tiny_llama_dir, draft_dir, tmp_path):
         check_same_vocabulary(str(tiny_llama_dir), 384, str(other), 384)
     check_same_vocabulary(str(tiny_llama_dir), 384, str(draft_dir), 384)
 
+
+
+def test_a_short_draft_pool_lends_idle_sequences_blocks_and_recomputes_them(draft_dir):
+    from llm_byoc.protocol import NewSequence, ScheduledChunk, StepBatch
+    from llm_byoc.worker.draft import DraftProposer
+    from llm_byoc.worker.loading import load_model
+
+    draft = DraftProposer(load_model(EngineConfig(model=str(draft_dir))), max_seqs=1, max_len=64, block_size=16)
+    assert len(draft._free) == 5  # one context of 64 tokens and 1 proposal: 5 blocks
+    prompts = {"a": _prompts()[0][:29] * 2, "b": _prompts()[2] + _prompts()[1][:15]}  # 58 and 45 tokens
+    new = [NewSequence(seq_id, SamplingParams()) for seq_id in prompts]
+    draft.on_step(StepBatch(1, new, [ScheduledChunk(s, p, 0, True) for s, p in prompts.items()]))
+    for seq_id in ("a", "b", "a"):  # each needs 4 or 3 of the 5 blocks: the other gives its blocks up
+        proposed = draft.propose({seq_id: 3})[seq_id]
+        assert proposed == hf_greedy(draft_dir, prompts[seq_id], 3), seq_id
+        draft.after_verify([])  # none accepted
+        other = draft._seqs["b" if seq_id == "a" else "a"]
+        assert other.blocks == [] and other.num_cached == 0
+    draft.on_step(StepBatch(2, freed=["a", "b"]))
+    assert len(draft._free) == 5 and not draft._seqs
