@@ -7,9 +7,12 @@ a machine that gets busier slows both alike) with SmolLM2-135M-Instruct in float
 
 * copy-heavy: chat requests (2 at c=1, 4 at c=4: the shared 2-core machine allows no more) over a ~500-token passage of ``local_test/agent_docs/`` (repeat it,
   summarise it quoting it, answer a question quoting it), greedy, 128 new tokens (ignore_eos), streamed,
-  at concurrency 1 and 4: ITL p50 (gaps between streamed tokens), TPOT (time after the first token
-  over the tokens after it), tokens/s (all output tokens over the wall time), acceptance rate
-  (from /metrics: accepted over proposed tokens during the workload);
+  at concurrency 1 and 4: ITL p50 and p90 (gaps between streamed SSE events, as vLLM's benchmark measures
+  ITL: per event, not per token; our server sends one event per token, so the tokens of an accepted run
+  arrive as a burst of events microseconds apart: ``burst_gap_share`` is the share of gaps under 2 ms),
+  TPOT (vLLM's: time after the first token over the tokens after it, tokens from ``usage``), tokens/s
+  (all output tokens over the wall time), acceptance rate (from /metrics: accepted over proposed tokens
+  during the workload);
 * W1 (``benchmarks.engines.run_w1``: 32 requests, 16 concurrent, 30-word prompts, 64 new tokens).
 """
 
@@ -52,21 +55,24 @@ def prompts() -> list[str]:
 
 def one_request(url: str, prompt: str, new_tokens: int = NEW_TOKENS) -> dict:
     body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": new_tokens, "temperature": 0,
-            "ignore_eos": True, "stream": True}
+            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
     start = time.perf_counter()
     times: list[float] = []
+    tokens = 0
     with requests.post(f"{url}/v1/chat/completions", json=body, stream=True, timeout=600) as response:
         response.raise_for_status()
         for line in response.iter_lines():
             if not line.startswith(b"data: ") or line == b"data: [DONE]":
                 continue
             event = json.loads(line[6:])
+            tokens = (event.get("usage") or {}).get("completion_tokens", tokens)
             if event.get("choices") and event["choices"][0].get("delta", {}).get("content"):
                 times.append(time.perf_counter())
     end = time.perf_counter()
     gaps = [b - a for a, b in zip(times, times[1:])]
-    return {"tokens": len(times), "ttft_s": times[0] - start, "e2e_s": end - start, "gaps": gaps,
-            "tpot_s": (times[-1] - times[0]) / max(1, len(times) - 1)}
+    tokens = tokens or len(times)
+    return {"tokens": tokens, "events": len(times), "ttft_s": times[0] - start, "e2e_s": end - start, "gaps": gaps,
+            "tpot_s": (times[-1] - times[0]) / max(1, tokens - 1)}
 
 
 def spec_counts(url: str) -> tuple[float, float]:
@@ -95,6 +101,9 @@ def copy_heavy(url: str, concurrency: int) -> dict:
             "output_tokens": sum(r["tokens"] for r in results),
             "tok_s": round(sum(r["tokens"] for r in results) / wall, 2),
             "itl_p50_ms": round(1000 * statistics.median(gaps), 2),
+            "itl_p90_ms": round(1000 * statistics.quantiles(gaps, n=10)[-1], 2),
+            "burst_gap_share": round(sum(1 for g in gaps if g < 0.002) / len(gaps), 3),
+            "events": sum(r["events"] for r in results),
             "tpot_p50_ms": round(1000 * statistics.median(r["tpot_s"] for r in results), 2),
             "ttft_p50_ms": round(1000 * statistics.median(r["ttft_s"] for r in results), 1),
             "proposed_tokens": proposed, "accepted_tokens": accepted,

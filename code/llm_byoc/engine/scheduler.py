@@ -70,7 +70,7 @@ keeping its place, until its grammar is compiled (off the step loop); each of
 its sampling steps carries its token mask, and each sampled token advances its
 grammar, which may finish it (STOP: the output is complete).
 
-Speculative decoding (``speculative.py``, ``limits.speculative == "ngram"``):
+Speculative decoding (``speculative.py``, ``limits.speculative`` ``ngram`` or ``draft``):
 after decodes and prefill chunks, while at most ``spec_max_num_seqs`` run and
 budget is left, a decoding sequence that may speculate (``can_speculate``, not
 switched off by its acceptance rate) gets up to k proposed tokens after its
@@ -80,7 +80,11 @@ token until the worker answers: then it gains the accepted proposals, and the
 tokens (accepted + the worker's own) go through the stop rules one by one, the
 rest dropped at the first stop. Blocks past the computed tokens are freed (the
 worker trims its table the same way), and only blocks of computed, accepted
-tokens are ever hashed into the prefix cache.
+tokens are ever hashed into the prefix cache. With a draft model the chunk
+only asks for k proposals (``num_propose``): the worker's draft makes them, and
+a new sequence admitted behind cached blocks carries their tokens
+(``prefix_token_ids``) for the draft to compute. A sequence switched off for
+low acceptance is tried again after ``COOL_DOWN_TOKENS`` generated tokens.
 """
 
 from __future__ import annotations
