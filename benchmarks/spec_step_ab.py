@@ -46,9 +46,10 @@ def chat_ids(model: str) -> list[list[int]]:
     return [tokenizer(text, add_special_tokens=False).input_ids for text in texts]
 
 
-def workload(runner: ModelRunner, config: EngineConfig, mode: str, work: list[list[int]], concurrency: int) -> dict:
+def workload(runner: ModelRunner, config: EngineConfig, mode: str, work: list[list[int]], concurrency: int,
+             new_tokens: int = NEW_TOKENS) -> dict:
     scheduler = Scheduler(SchedulerLimits.from_config(replace(config, speculative_method=mode), runner.info))
-    params = SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True)
+    params = SamplingParams(max_new_tokens=new_tokens, ignore_eos=True)
     stamps: dict[str, list[float]] = {}
     started = time.perf_counter()
     for group in range(0, len(work), concurrency):
@@ -86,17 +87,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draft-layers", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=2, help="each round runs every mode; the order alternates")
     parser.add_argument("--json", type=Path, default=Path("benchmarks/results/issue29_draft_steps.json"))
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: no spinning on a busy machine)")
+    parser.add_argument("--modes", default="off,ngram,draft")
+    parser.add_argument("--min-acceptance", type=float, default=0.2, help="0: a draft is never switched off")
     args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
     model = model_or_default("")
     draft = write_truncated_draft(Path(model), Path(f"/tmp/spec_bench_draft_{args.draft_layers}"), args.draft_layers)
     config = EngineConfig(model=model, max_num_seqs=8, kv_cache_memory="512MiB", speculative_method="draft",
-                          draft_model=str(draft))
+                          draft_model=str(draft), speculative_min_acceptance=args.min_acceptance)
     runner = ModelRunner.from_config(config)
     ids = chat_ids(model)
-    workload(runner, config, "draft", [ids[0][:64]], 1)  # warm-up: every kernel and both models once
+    workload(runner, config, "draft", [ids[0][:64]], 1, new_tokens=16)  # warm-up: every kernel, both models
     runs = []
     for round_index in range(args.rounds):
-        modes = ("off", "ngram", "draft") if round_index % 2 == 0 else ("draft", "ngram", "off")
+        modes = args.modes.split(",")[:: 1 if round_index % 2 == 0 else -1]
         for mode in modes:
             for concurrency, work in ((1, ids[:2]), (4, ids[2:6])):
                 result = {"round": round_index, "loadavg": list(os.getloadavg()),
@@ -105,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
                 runs.append(result)
                 write_json({"cpu": cpu.describe(), "torch_threads": torch.get_num_threads(), "model": model,
                             "draft": {"layers": args.draft_layers, "made_by": "benchmarks.draft_from_layers"},
-                            "num_speculative_tokens": config.num_speculative_tokens, "runs": runs}, args.json)
+                            "num_speculative_tokens": config.num_speculative_tokens,
+                            "min_acceptance": args.min_acceptance, "runs": runs}, args.json)
     return 0
 
 
