@@ -4,7 +4,7 @@
 
 Each subject is ``serve`` on a loopback port (this tree, and with ``--before`` another checkout's
 code) with prefix caching on or off, SmolLM2-135M-Instruct in fp32 on CPU. It is warmed up on
-another document, then: one client asks ``--single`` questions about a ~1,100-token document one
+a short prompt, then: one client asks ``--single`` questions about a ~1,100-token document one
 after another (closed loop), then 8 clients ask ``--requests`` more, 8 in flight; every answer
 ``--max-new-tokens`` tokens (TGI schema, ``ignore_eos``), streamed. Reports, per subject and load,
 the inter-token latency (gaps between streamed tokens) p50/p90, TTFT p50 and output tokens per
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     model = model_or_default(args.model)
     prompts = _prompts(model, args.doc_tokens, args.single + args.requests, seed=1)
-    warm = _prompts(model, args.doc_tokens, 1, seed=99)
+    warm = ["Warm-up request."]  # first-step costs, nothing of the document cached
     trees = {"after": str(REPO / "code")} | ({"before": args.before} if args.before else {})
     subjects = [(tree, caching) for caching in (True, False) for tree in trees]
     runs: dict[str, list[dict]] = {f"{tree}, prefix caching {'on' if c else 'off'}": [] for tree, c in subjects}
@@ -121,21 +121,29 @@ def main(argv: list[str] | None = None) -> int:
             runs[name].append(result := _run_subject(trees[tree], caching, args, model, prompts, warm))
             print(name, {load: {k: round(v, 1) for k, v in figures.items()} for load, figures in result.items()},
                   flush=True)
+            _write(args, runs, trees)  # after each subject: a run cut short keeps what it measured
+    print(f"wrote {args.json}")
+    return 0
+
+
+def _write(args: argparse.Namespace, runs: dict[str, list[dict]], trees: dict[str, str]) -> None:
+    """The medians of every subject measured so far, the issue's two ratios where both sides are in."""
+    done = {name: name_runs for name, name_runs in runs.items() if name_runs}
     summary = {name: {load: {key: statistics.median(r[load][key] for r in name_runs)
                              for key in ("itl_p50_ms", "itl_p90_ms", "ttft_p50_ms", "tokens_per_s")}
-                      for load in ("1 client", "8 clients")} for name, name_runs in runs.items()}
-    ratios = {tree: {
-        "itl_p50_8_clients_over_1": summary[f"{tree}, prefix caching on"]["8 clients"]["itl_p50_ms"]
-        / summary[f"{tree}, prefix caching on"]["1 client"]["itl_p50_ms"],
-        "tokens_per_s_8_clients_caching_on_over_off": summary[f"{tree}, prefix caching on"]["8 clients"]["tokens_per_s"]
-        / summary[f"{tree}, prefix caching off"]["8 clients"]["tokens_per_s"],
-    } for tree in trees}
+                      for load in ("1 client", "8 clients")} for name, name_runs in done.items()}
+    ratios = {}
+    for tree in trees:
+        on, off = summary.get(f"{tree}, prefix caching on"), summary.get(f"{tree}, prefix caching off")
+        if on:
+            ratios[tree] = {"itl_p50_8_clients_over_1": on["8 clients"]["itl_p50_ms"] / on["1 client"]["itl_p50_ms"]}
+        if on and off:
+            ratios[tree]["tokens_per_s_8_clients_caching_on_over_off"] = (
+                on["8 clients"]["tokens_per_s"] / off["8 clients"]["tokens_per_s"])
     for tree, figures in ratios.items():
         print(tree, {k: round(v, 2) for k, v in figures.items()})
     write_json({"args": {k: str(v) for k, v in vars(args).items()}, "cpu": cpu.describe(),
                 "loadavg_at_end": os.getloadavg(), "summary": summary, "ratios": ratios, "runs": runs}, args.json)
-    print(f"wrote {args.json}")
-    return 0
 
 
 if __name__ == "__main__":
