@@ -170,7 +170,7 @@ def build_step_inputs(
         else:
             shared.append(_shared_prefix(list(blocks), members, block_size, device))
     singles = [c for c in chunks if len(c.token_ids) == 1]
-    decodes = _shared_decodes(singles, tables, block_size, device) if cascade and full else []
+    decodes = _shared_decodes(singles, tables, block_size) if cascade and full else []
     in_cascade = {row for members, _ in decodes for row in members}
 
     def as_tensor(values: list[int]) -> torch.Tensor:
@@ -288,8 +288,8 @@ def _group_bounds(singles: list[ScheduledChunk], skip: set[int] = frozenset()) -
     return bounds
 
 
-def _shared_decodes(singles: list[ScheduledChunk], tables: dict[str, list[int]], block_size: int,
-                    device: torch.device) -> list[tuple[list[int], list[int]]]:
+def _shared_decodes(singles: list[ScheduledChunk], tables: dict[str, list[int]], block_size: int
+                    ) -> list[tuple[list[int], list[int]]]:
     """(rows, blocks): decode rows whose contexts start with the same ``blocks``, at least CASCADE_DECODE_MIN
     tokens of them. Rows in the order of their leading blocks, each run as long as the blocks its rows all
     share stay that long (a row that shares less starts the next run)."""
