@@ -13,6 +13,11 @@ queries over the shared prefix in one call (gathered once, one large
 product instead of one small one per chunk), then each chunk over its own
 keys, causally. For 7 chunks of 34 tokens behind a 1,024-token document
 this halves the attention time of the step on CPU (SmolLM2-135M, 2 cores).
+Decode rows behind the same cached blocks (``SharedDecode``) do the same:
+all their queries over the prefix, read once, in one call, then each row
+over its own keys after it (one padded batch, like a decode group). For 8
+rows behind a 1,088-token document that is 3.6x less attention time per
+layer than 8 gathers of the whole context (SmolLM2-135M's heads, 1 thread).
 
 Grouped-query attention never repeats keys and values in memory. A decode
 row's query heads are folded into the query-length axis instead (``[B, KVH,
@@ -35,7 +40,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .batch import DecodeGroup, PrefillSpan, SharedPrefix, StepInputs
+from .batch import DecodeGroup, PrefillSpan, SharedDecode, SharedPrefix, StepInputs
 
 # Devices where build_step_inputs may form SharedPrefix groups: the parts need each other's
 # log-sum-exp, which torch's CPU flash-attention kernel returns.
@@ -57,8 +62,10 @@ def paged_attention(
     k_cache.index_copy_(0, inputs.slot_mapping, k)
     v_cache.index_copy_(0, inputs.slot_mapping, v)
     groups = inputs.decode_groups
-    if len(groups) == 1 and not inputs.prefills and not inputs.shared_prefixes:
+    if len(groups) == 1 and not inputs.prefills and not inputs.shared_prefixes and not inputs.shared_decodes:
         return _decode(q, k_cache, v_cache, groups[0], scale, softcap)
+    if softcap is not None and (inputs.shared_prefixes or inputs.shared_decodes):
+        raise ValueError("cascade attention cannot soft-cap its scores")
     out = torch.empty_like(q)
     for group in groups:
         out[group.row_lo : group.row_hi] = _decode(q[group.row_lo : group.row_hi], k_cache, v_cache, group,
@@ -67,9 +74,9 @@ def paged_attention(
         rows = slice(span.row, span.row + span.length)
         out[rows] = _prefill(q[rows], k[rows], v[rows], k_cache, v_cache, span, scale, softcap)
     for shared in inputs.shared_prefixes:
-        if softcap is not None:
-            raise ValueError("cascade attention cannot soft-cap its scores")
         out.index_copy_(0, shared.rows, _cascade(q, k, v, k_cache, v_cache, shared, scale))
+    for decode in inputs.shared_decodes:
+        out.index_copy_(0, decode.rows, _cascade_decode(q, k_cache, v_cache, decode, scale))
     return out
 
 
@@ -127,22 +134,38 @@ def _prefill(
     return out[0].transpose(0, 1)  # [n, H, D]
 
 
+def _over_prefix(queries: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, gather: torch.Tensor,
+                 length: int, scale: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every query row over one shared prefix, gathered once: ([T, H, D], log-sum-exp [T, H])."""
+    rows, heads, dim = queries.shape
+    kv_heads = k_cache.shape[1]
+    group = heads // kv_heads
+    keys = _gather(k_cache, gather, 1, length)  # [1, KVH, P, D]
+    values = _gather(v_cache, gather, 1, length)
+    # every query head of every row against its KV head: [1, KVH, group * T, D], rows (g, t)
+    folded = queries.view(rows, kv_heads, group, dim).permute(1, 2, 0, 3).reshape(1, kv_heads, group * rows, dim)
+    out, lse = _FLASH_CPU(folded, keys, values, scale=scale)[:2]  # [1, KVH, gT, D], [1, KVH, gT]
+    out = out.reshape(kv_heads, group, rows, dim).permute(2, 0, 1, 3).reshape(rows, heads, dim)
+    return out, lse.reshape(kv_heads, group, rows).permute(2, 0, 1).reshape(rows, heads)
+
+
+def _merge(out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tensor, lse_b: torch.Tensor) -> torch.Tensor:
+    """Softmax attention over keys A and B together from its parts over each: [T, H, D] by their log-sum-exp
+    [T, H], in float32."""
+    top = torch.maximum(lse_a, lse_b)
+    w_a, w_b = torch.exp(lse_a - top), torch.exp(lse_b - top)
+    merged = (out_a.float() * w_a[..., None] + out_b.float() * w_b[..., None]) / (w_a + w_b)[..., None]
+    return merged.to(out_a.dtype)
+
+
 def _cascade(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     k_cache: torch.Tensor, v_cache: torch.Tensor, shared: SharedPrefix, scale: float | None = None,
 ) -> torch.Tensor:
     """The rows of ``shared``'s chunks, [sum of lengths, H, D]: over the shared prefix, then their own keys."""
-    queries = q.index_select(0, shared.rows)  # [T, H, D]
-    rows, heads, dim = queries.shape
-    kv_heads = k_cache.shape[1]
-    group = heads // kv_heads
-    keys = _gather(k_cache, shared.gather, 1, shared.length)  # [1, KVH, P, D]
-    values = _gather(v_cache, shared.gather, 1, shared.length)
-    # every query head of every row against its KV head: [1, KVH, group * T, D], rows (g, t)
-    folded = queries.view(rows, kv_heads, group, dim).permute(1, 2, 0, 3).reshape(1, kv_heads, group * rows, dim)
-    prefix_out, prefix_lse = _FLASH_CPU(folded, keys, values, scale=scale)[:2]  # [1, KVH, gT, D], [1, KVH, gT]
-    prefix_out = prefix_out.reshape(kv_heads, group, rows, dim).permute(2, 0, 1, 3).reshape(rows, heads, dim)
-    prefix_lse = prefix_lse.reshape(kv_heads, group, rows).permute(2, 0, 1).reshape(rows, heads)
+    group = q.shape[1] // k_cache.shape[1]
+    prefix_out, prefix_lse = _over_prefix(q.index_select(0, shared.rows), k_cache, v_cache, shared.gather,
+                                          shared.length, scale)
     own_out, own_lse = [], []
     for span in shared.spans:
         at = slice(span.row, span.row + span.length)
@@ -154,8 +177,22 @@ def _cascade(
         )[:2]
         own_out.append(out[0].transpose(0, 1))  # [n, H, D]
         own_lse.append(lse[0].transpose(0, 1))  # [n, H]
-    own_out, own_lse = torch.cat(own_out), torch.cat(own_lse)
-    top = torch.maximum(prefix_lse, own_lse)
-    w_prefix, w_own = torch.exp(prefix_lse - top), torch.exp(own_lse - top)  # float32
-    merged = (prefix_out.float() * w_prefix[..., None] + own_out.float() * w_own[..., None]) / (w_prefix + w_own)[..., None]
-    return merged.to(q.dtype)
+    return _merge(prefix_out, prefix_lse, torch.cat(own_out), torch.cat(own_lse))
+
+
+def _cascade_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, shared: SharedDecode,
+                    scale: float | None = None) -> torch.Tensor:
+    """The rows of ``shared``, [B, H, D]: all over the shared prefix at once, then each over its own keys."""
+    queries = q.index_select(0, shared.rows)  # [B, H, D]
+    batch, heads, dim = queries.shape
+    kv_heads = k_cache.shape[1]
+    prefix_out, prefix_lse = _over_prefix(queries, k_cache, v_cache, shared.gather, shared.length, scale)
+    keys = _gather(k_cache, shared.own_gather, batch, shared.own_len)  # [B, KVH, S, D]
+    values = _gather(v_cache, shared.own_gather, batch, shared.own_len)
+    mask = None  # the flash kernel takes an additive mask of the queries' dtype
+    if shared.own_mask is not None:
+        mask = torch.zeros(shared.own_mask.shape, dtype=q.dtype, device=q.device).masked_fill_(
+            ~shared.own_mask, float("-inf"))
+    folded = queries.view(batch, kv_heads, heads // kv_heads, dim)  # as in _decode: [B, KVH, group, D]
+    own_out, own_lse = _FLASH_CPU(folded, keys, values, attn_mask=mask, scale=scale)[:2]  # lse [B, KVH, group]
+    return _merge(prefix_out, prefix_lse, own_out.reshape(batch, heads, dim), own_lse.reshape(batch, heads))

@@ -17,7 +17,11 @@ Prefill chunks that start right after the same cached blocks (requests that
 share a system prompt or a document and were admitted behind its cached
 blocks) form a ``SharedPrefix`` when the device can run cascade attention
 (``attention.CASCADE_DEVICES``): their queries attend over the shared prefix
-in one call, so the prefix is gathered once, not once per chunk.
+in one call, so the prefix is gathered once, not once per chunk. Decode
+rows whose contexts start with the same full blocks, at least
+``CASCADE_DECODE_MIN`` tokens of them (clients asking about one cached
+document), form a ``SharedDecode`` the same way and leave their decode
+groups (a group's run of rows is split around them).
 
 A model with sliding-window layers (``window``) gets a second set of indices
 for those layers, ``StepInputs.windowed``, whenever some row's context is
@@ -41,6 +45,7 @@ from ..protocol import ScheduledChunk
 from .kv_cache import NULL_SLOT
 
 DECODE_SPLIT_MIN = 256
+CASCADE_DECODE_MIN = 256  # shared cached tokens that make decode rows attend by cascade
 
 
 @dataclass(frozen=True)
@@ -76,6 +81,19 @@ class SharedPrefix:
 
 
 @dataclass(frozen=True)
+class SharedDecode:
+    """Single-token rows ``rows`` whose contexts start with the same ``length`` cached tokens (``gather``), then
+    each its own ``own_len`` keys or fewer (``own_gather``, like a ``DecodeGroup``'s past the prefix)."""
+
+    rows: torch.Tensor  # [B] long
+    gather: torch.Tensor  # [length] slots of the shared prefix
+    length: int
+    own_len: int  # keys gathered per row after the prefix: the longest remainder
+    own_gather: torch.Tensor  # [B * own_len] slots of positions length..; the null slot past a row's context
+    own_mask: torch.Tensor | None  # [B, 1, 1, own_len] bool; None when every row has own_len keys
+
+
+@dataclass(frozen=True)
 class StepInputs:
     token_ids: torch.Tensor  # [T] long
     positions: torch.Tensor  # [T] long
@@ -85,6 +103,7 @@ class StepInputs:
     sample_rows: torch.Tensor  # [S] long: rows whose next token is sampled
     sample_seq_ids: list[str]  # sequence of each sample row, same order
     shared_prefixes: list[SharedPrefix] = ()  # prefill chunks attended by cascade (not in ``prefills``)
+    shared_decodes: list[SharedDecode] = ()  # decode rows attended by cascade (in no ``decode_groups``)
     rope_lengths: list[int] | None = None  # [T]: each row's sequence length as RoPE sees it; None: not needed
     window: int | None = None  # the sliding window these inputs were built for
     windowed: "StepInputs | None" = None  # the indices of sliding-window layers; None: these serve them too
@@ -151,14 +170,19 @@ def build_step_inputs(
         else:
             shared.append(_shared_prefix(list(blocks), members, block_size, device))
     singles = [c for c in chunks if len(c.token_ids) == 1]
+    decodes = _shared_decodes(singles, tables, block_size) if cascade and full else []
+    in_cascade = {row for members, _ in decodes for row in members}
 
     def as_tensor(values: list[int]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long, device=device)
 
     inputs = StepInputs(
         as_tensor(token_ids), as_tensor(positions), as_tensor(slots),
-        _decode_groups(singles, tables, block_size, device) if full else [], prefills,
-        as_tensor(sample_rows), sample_seq_ids, shared, lengths, window,
+        [_decode_group(lo, hi, singles[lo:hi], tables, block_size, device)
+         for lo, hi in _group_bounds(singles, in_cascade)] if full else [],
+        prefills, as_tensor(sample_rows), sample_seq_ids, shared,
+        [_shared_decode(members, blocks, singles, tables, block_size, device) for members, blocks in decodes],
+        lengths, window,
     )
     if not windowed:
         return inputs
@@ -178,7 +202,8 @@ def _windowed(inputs: StepInputs, chunks: list[ScheduledChunk], tables: dict[str
         if len(chunk.token_ids) > 1:
             spans.append(_window_span(row, chunk, tables[chunk.seq_id], block_size, device, window))
         row += len(chunk.token_ids)
-    return replace(inputs, decode_groups=groups, prefills=spans, shared_prefixes=[], windowed=None)
+    return replace(inputs, decode_groups=groups, prefills=spans, shared_prefixes=[], shared_decodes=[],
+                   windowed=None)
 
 
 def _window_group(lo: int, hi: int, chunks, tables, block_size: int, device, window: int) -> DecodeGroup:
@@ -248,22 +273,65 @@ def _prefill_span(row: int, chunk: ScheduledChunk, table: list[int], block_size:
     return PrefillSpan(row, n, start, gather, mask)
 
 
-def _decode_groups(
-    singles: list[ScheduledChunk], tables: dict[str, list[int]], block_size: int, device: torch.device
-) -> list[DecodeGroup]:
-    """One group per run of rows in the same length bucket (``order_chunks`` made them runs)."""
-    return [_decode_group(lo, hi, singles[lo:hi], tables, block_size, device) for lo, hi in _group_bounds(singles)]
-
-
-def _group_bounds(singles: list[ScheduledChunk]) -> list[tuple[int, int]]:
-    """(lo, hi) of each run of single-token chunks in the same length bucket."""
+def _group_bounds(singles: list[ScheduledChunk], skip: set[int] = frozenset()) -> list[tuple[int, int]]:
+    """(lo, hi) of each run of single-token chunks in the same length bucket (``order_chunks`` made them runs),
+    split around the rows in ``skip``."""
     bounds: list[tuple[int, int]] = []
-    lo = 0
-    for hi in range(1, len(singles) + 1):
-        if hi == len(singles) or length_bucket(singles[hi].start_pos + 1) != length_bucket(singles[lo].start_pos + 1):
-            bounds.append((lo, hi))
-            lo = hi
+    lo = None
+    for row in range(len(singles) + 1):
+        if lo is not None and (row == len(singles) or row in skip or
+                               length_bucket(singles[row].start_pos + 1) != length_bucket(singles[lo].start_pos + 1)):
+            bounds.append((lo, row))
+            lo = None
+        if lo is None and row < len(singles) and row not in skip:
+            lo = row
     return bounds
+
+
+def _shared_decodes(singles: list[ScheduledChunk], tables: dict[str, list[int]], block_size: int
+                    ) -> list[tuple[list[int], list[int]]]:
+    """(rows, blocks): decode rows whose contexts start with the same ``blocks``, at least CASCADE_DECODE_MIN
+    tokens of them. Rows in the order of their leading blocks, each run as long as the blocks its rows all
+    share stay that long (a row that shares less starts the next run)."""
+    cached = {row: tables[c.seq_id][: c.start_pos // block_size] for row, c in enumerate(singles)}  # full blocks
+    least = -(-CASCADE_DECODE_MIN // block_size)
+    runs: list[tuple[list[int], list[int]]] = []
+    for row in sorted((r for r, blocks in cached.items() if len(blocks) >= least), key=cached.get):
+        if runs:
+            members, blocks = runs[-1]
+            common = _common_length(blocks, cached[row])
+            if common >= least:
+                runs[-1] = members + [row], blocks[:common]
+                continue
+        runs.append(([row], cached[row]))
+    return [(sorted(members), blocks) for members, blocks in runs if len(members) > 1]
+
+
+def _common_length(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _shared_decode(members: list[int], blocks: list[int], singles: list[ScheduledChunk],
+                   tables: dict[str, list[int]], block_size: int, device: torch.device) -> SharedDecode:
+    """``members``' rows over ``blocks`` (shared), then each over its own keys after them."""
+    length = len(blocks) * block_size
+    ends = torch.tensor([singles[r].start_pos + 1 for r in members], device=device)  # [B] context lengths
+    own_len = int(ends.max()) - length
+    pos = length + torch.arange(own_len, device=device)[None, :]  # [1, S]
+    valid = pos < ends[:, None]  # [B, S]
+    slots = _slots_at([tables[singles[r].seq_id] for r in members], torch.where(valid, pos, length),
+                      length + own_len, block_size, device)
+    mask = None
+    if not bool(valid.all()):
+        slots = torch.where(valid, slots, NULL_SLOT)  # past a row's context: zeros, never stale data
+        mask = valid[:, None, None, :]
+    return SharedDecode(torch.tensor(members, dtype=torch.long, device=device),
+                        _slots([blocks], length, block_size, device)[0], length, own_len, slots.reshape(-1), mask)
 
 
 def _decode_group(lo, hi, chunks, tables, block_size, device) -> DecodeGroup:

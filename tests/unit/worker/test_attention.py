@@ -1,4 +1,5 @@
-"""Paged attention: cascade attention over a shared prefix gives what each chunk's own gather gives."""
+"""Paged attention: cascade attention over a shared prefix (prefill chunks or decode rows) gives what each
+row's own gather gives."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import torch.nn.functional as F
 
 from llm_byoc.protocol import ScheduledChunk
 from llm_byoc.worker.attention import CASCADE_DEVICES, paged_attention
+from llm_byoc.worker import batch
 from llm_byoc.worker.batch import build_step_inputs, order_chunks
 
 CPU = torch.device("cpu")
@@ -66,6 +68,41 @@ def test_cascade_equals_each_chunk_over_its_own_gather(dtype):
             expected = _reference(q[row].float(), kc.float(), vc.float(), slots)
             torch.testing.assert_close(results[True][row].float(), expected, atol=tolerance, rtol=tolerance)
             row += 1
+
+
+@pytest.mark.skipif("cpu" not in CASCADE_DEVICES, reason="torch has no CPU flash-attention kernel here")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("scale", [None, 0.3])
+def test_decode_rows_by_cascade_equal_each_row_over_its_own_gather(dtype, scale, monkeypatch):
+    # five decode rows behind the same three cached blocks (12 tokens), at different positions, two of them
+    # sharing one block more; a decode row elsewhere; chunks behind the same blocks (a prefill cascade) and alone
+    monkeypatch.setattr(batch, "CASCADE_DECODE_MIN", 2 * BS)
+    tables = {"d0": [1, 2, 3, 4], "d1": [1, 2, 3, 5, 6], "d2": [1, 2, 3, 7, 8, 9], "d3": [1, 2, 3, 7, 8, 10],
+              "d4": [1, 2, 3, 11], "x": [12, 13, 14, 15], "p0": [1, 2, 3, 16, 17], "p1": [1, 2, 3, 18],
+              "p2": [19, 20, 21]}
+    starts = {"d0": 12, "d1": 18, "d2": 22, "d3": 21, "d4": 15, "x": 14}
+    chunks = order_chunks([ScheduledChunk(s, [1], p, True) for s, p in starts.items()] + [
+        ScheduledChunk("p0", [1] * 6, 12, True), ScheduledChunk("p1", [1] * 3, 12, True),
+        ScheduledChunk("p2", [1] * 4, 6, True)])
+    k_cache, v_cache = _cache(24, dtype)
+    rows = sum(len(c.token_ids) for c in chunks)
+    gen = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(rows, h, DIM, generator=gen).to(dtype) for h in (HEADS, KV_HEADS, KV_HEADS))
+    results = {}
+    for cascade in (False, True):
+        kc, vc = k_cache.clone(), v_cache.clone()
+        inputs = build_step_inputs(chunks, tables, BS, CPU, cascade=cascade)
+        assert [len(s.rows) for s in inputs.shared_decodes] == ([5] if cascade else [])
+        results[cascade] = paged_attention(q, k, v, kc, vc, inputs, scale=scale)
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(results[True], results[False], atol=tolerance, rtol=tolerance)
+    for row, chunk in enumerate(chunks[:len(starts)]):  # and the decode rows are softmax over their contexts
+        table = tables[chunk.seq_id]
+        slots = torch.tensor([table[p // BS] * BS + p % BS for p in range(chunk.start_pos + 1)])
+        keys = kc[slots].float().repeat_interleave(HEADS // KV_HEADS, 1).transpose(0, 1)  # [H, L, D]
+        values = vc[slots].float().repeat_interleave(HEADS // KV_HEADS, 1).transpose(0, 1)
+        expected = F.scaled_dot_product_attention(q[row].float()[:, None], keys, values, scale=scale)[:, 0]
+        torch.testing.assert_close(results[True][row].float(), expected, atol=tolerance, rtol=tolerance)
 
 
 def _eager(q, k_cache, v_cache, slots, scale, softcap):

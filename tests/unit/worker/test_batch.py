@@ -1,10 +1,12 @@
-"""Step inputs: row order, sample rows, slots from block tables, masks, decode groups."""
+"""Step inputs: row order, sample rows, slots from block tables, masks, decode groups, cascade groups."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from llm_byoc.protocol import ScheduledChunk
+from llm_byoc.worker import batch
 from llm_byoc.worker.batch import DECODE_SPLIT_MIN, build_step_inputs, order_chunks
 from llm_byoc.worker.kv_cache import NULL_SLOT
 
@@ -97,6 +99,65 @@ def test_cascade_leaves_chunks_from_position_zero_and_inside_a_block_alone():
               ScheduledChunk("c", [1, 2, 3], 0, True), ScheduledChunk("d", [1, 2, 3], 0, True)]
     inputs = build_step_inputs(chunks, tables, BS, CPU, cascade=True)
     assert inputs.shared_prefixes == [] and len(inputs.prefills) == 4
+
+
+@pytest.fixture
+def cascade_from_two_blocks(monkeypatch):
+    monkeypatch.setattr(batch, "CASCADE_DECODE_MIN", 2 * BS)
+
+
+def test_decode_rows_behind_the_same_cached_blocks_attend_by_cascade(cascade_from_two_blocks):
+    # a, b, d: three cached blocks [3, 4, 5] in common; c shares two, e one; f is alone; g sits in its 2nd block
+    tables = {"a": [3, 4, 5, 7], "b": [3, 4, 5, 8, 9], "c": [3, 4, 6, 10], "d": [3, 4, 5, 11],
+              "e": [3, 12, 13, 14], "f": [20, 21, 22, 23], "g": [3, 24]}
+    starts = {"a": 13, "b": 17, "c": 12, "d": 12, "e": 14, "f": 12, "g": 7}
+    chunks = order_chunks([ScheduledChunk(s, [1], p, True) for s, p in starts.items()])
+    rows = {c.seq_id: r for r, c in enumerate(chunks)}
+    plain = build_step_inputs(chunks, tables, BS, CPU)
+    assert plain.shared_decodes == [] and [(g.row_lo, g.row_hi) for g in plain.decode_groups] == [(0, 7)]
+    inputs = build_step_inputs(chunks, tables, BS, CPU, cascade=True)
+    # sorted by their blocks: [3, 4, 5] a, b, d, then c shares [3, 4] with them (2 blocks: still enough)
+    (shared,) = inputs.shared_decodes
+    assert shared.rows.tolist() == sorted(rows[s] for s in "abcd")
+    assert shared.length == 8 and shared.gather.tolist() == list(range(12, 20))  # blocks 3, 4
+    own = {c: shared.own_gather.view(4, shared.own_len)[i].tolist()
+           for i, c in enumerate(sorted("abcd", key=rows.get))}
+    assert shared.own_len == 10  # b: positions 8..17
+    assert own["b"] == [20, 21, 22, 23, 32, 33, 34, 35, 36, 37]
+    assert own["a"] == [20, 21, 22, 23, 28, 29] + [NULL_SLOT] * 4  # positions 8..13, then nothing
+    assert own["c"] == [24, 25, 26, 27, 40] + [NULL_SLOT] * 5
+    assert shared.own_mask[:, 0, 0].sum(-1).tolist() == [len([s for s in slots if s != NULL_SLOT])
+                                                          for slots in own.values()]
+    # e (one block in common), f and g (no full block in common) decode as before, in runs around the cascade
+    alone = [(g.row_lo, g.row_hi) for g in inputs.decode_groups]
+    assert sorted(r for lo, hi in alone for r in range(lo, hi)) == sorted(rows[s] for s in "efg")
+    assert inputs.slot_mapping.tolist() == plain.slot_mapping.tolist()
+
+
+def test_a_row_that_shares_too_little_starts_the_next_cascade_group(cascade_from_two_blocks):
+    tables = {"a": [3, 4, 5, 7], "b": [3, 4, 5, 8], "c": [3, 6, 9, 10], "d": [3, 6, 9, 11], "e": [30, 31, 32, 33]}
+    chunks = order_chunks([ScheduledChunk(s, [1], 12, True) for s in tables])
+    inputs = build_step_inputs(chunks, tables, BS, CPU, cascade=True)
+    assert sorted((s.rows.tolist(), s.gather.tolist()) for s in inputs.shared_decodes) == [
+        ([0, 1], list(range(12, 24))), ([2, 3], [12, 13, 14, 15, 24, 25, 26, 27, 36, 37, 38, 39])]
+    assert [(g.row_lo, g.row_hi) for g in inputs.decode_groups] == [(4, 5)]
+    assert all(s.own_mask is None and s.own_len == 1 for s in inputs.shared_decodes)  # all at position 12
+
+
+def test_too_short_a_shared_prefix_or_a_windowed_layer_forms_no_decode_cascade():
+    tables = {"a": [3, 4, 5, 7], "b": [3, 4, 5, 8]}
+    chunks = [ScheduledChunk("a", [1], 12, True), ScheduledChunk("b", [1], 13, True)]
+    assert build_step_inputs(chunks, tables, BS, CPU, cascade=True).shared_decodes == []  # 12 < 256 tokens
+    batch.CASCADE_DECODE_MIN, saved = 12, batch.CASCADE_DECODE_MIN
+    try:
+        assert len(build_step_inputs(chunks, tables, BS, CPU, cascade=True).shared_decodes) == 1
+        windowed = build_step_inputs(chunks, tables, BS, CPU, cascade=True, window=8)
+        assert len(windowed.shared_decodes) == 1 and windowed.windowed.shared_decodes == []
+        assert [(g.row_lo, g.row_hi) for g in windowed.windowed.decode_groups] == [(0, 2)]
+        everywhere = build_step_inputs(chunks, tables, BS, CPU, cascade=True, window=8, all_windowed=True)
+        assert everywhere.shared_decodes == [] and everywhere.windowed is None
+    finally:
+        batch.CASCADE_DECODE_MIN = saved
 
 
 def test_windowed_layers_get_their_own_indices_only_once_a_context_passes_the_window():

@@ -116,6 +116,35 @@ def test_chunks_behind_one_cached_document_match_generate_with_cascade_on_and_of
     assert (4 in calls) if cascade else calls == []  # one layer call per layer, all four chunks at once
 
 
+def _decoding_behind_one_document() -> list[Request]:
+    """A document computed once, then five questions behind it joining at different steps (four slots: the
+    fifth waits for one), decoding together behind its three cached blocks."""
+    doc = _prompts(41, [48])[0]
+    own = _prompts(42, [3, 7, 12, 1, 20])
+    first = Request("doc", doc + own[0][:1], SamplingParams(max_new_tokens=2), 0)
+    arrivals, lengths = [4, 4, 6, 9, 10], [18, 14, 16, 12, 10]
+    return [first] + [Request(f"q{i}", doc + o, SamplingParams(max_new_tokens=n), at)
+                      for i, (o, at, n) in enumerate(zip(own, arrivals, lengths))]
+
+
+@pytest.mark.parametrize("num_blocks", [None, 9])  # 9: a pool too small for four, so some are preempted
+def test_decode_rows_behind_one_cached_document_match_generate_by_cascade(model_dir, runner, num_blocks,
+                                                                          monkeypatch):
+    from llm_byoc.worker import attention, batch
+
+    if not runner.cascade:
+        pytest.skip("no cascade attention for this model on this device")
+    monkeypatch.setattr(batch, "CASCADE_DECODE_MIN", 32)  # two of the document's three blocks suffice
+    calls = []
+    real = attention._cascade_decode
+    monkeypatch.setattr(attention, "_cascade_decode", lambda *a: calls.append(len(a[3].rows)) or real(*a))
+    requests = _decoding_behind_one_document()
+    result = drive(runner, requests, num_slots=4, token_budget=32, eos_token_ids=EOS, num_blocks=num_blocks)
+    _assert_matches_generate(model_dir, requests, result.outputs)
+    assert max(calls) == 4  # four rows at once over the shared blocks
+    assert (result.preemptions > 0) == (num_blocks is not None)
+
+
 def test_preemption_forced_by_a_tiny_pool_matches_generate(model_dir, runner):
     """Nine blocks of 16 for four sequences of up to 102 tokens: the newest are preempted and
     recomputed, over and over, and every output is still exactly generate's. A model windowed in every layer
