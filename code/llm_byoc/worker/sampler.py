@@ -30,6 +30,7 @@ import torch
 from ..protocol import SampledToken, SamplingParams, TopLogprobs
 
 LOGPROB_FLOOR = -9999.0  # what a token the filters removed reports
+ARGMAX_SPAN = 4096  # columns whose maximum argmax_rows takes in one vectorised pass
 
 
 @dataclass
@@ -167,7 +168,7 @@ def sample_row(logits: torch.Tensor, state: SequenceSampling) -> tuple[int, floa
     params = state.params
     logits = processed_logits(logits, state)
     if params.greedy:
-        token = int(torch.argmax(logits))
+        token = argmax_rows(logits[None])[0]
     else:
         token = int(torch.multinomial(logits.softmax(-1), 1, generator=state.generator))
     if not params.logprobs:
@@ -180,13 +181,34 @@ def sample_row(logits: torch.Tensor, state: SequenceSampling) -> tuple[int, floa
     return token, float(logprobs[token]), top
 
 
+def argmax_rows(logits: torch.Tensor) -> list[int]:
+    """logits: [S, V] -> each row's ``torch.argmax`` (the first of equal maxima; a NaN counts as the maximum).
+
+    On CPU, torch's argmax along a row is a scalar loop (2 ms for 16 x 49,152 logits on the 2-core dev VM)
+    while ``amax`` is vectorised (40 us): so each ``ARGMAX_SPAN`` columns' maximum first, then argmax over
+    those, then argmax within the first span that holds the row's maximum, which is where ``torch.argmax``'s
+    answer lies."""
+    rows, vocab = logits.shape
+    if logits.device.type != "cpu" or vocab < 2 * ARGMAX_SPAN:
+        return torch.argmax(logits, dim=-1).tolist()
+    whole = vocab // ARGMAX_SPAN * ARGMAX_SPAN
+    span_max = logits[:, :whole].view(rows, -1, ARGMAX_SPAN).amax(-1)  # [S, spans]
+    if whole < vocab:
+        span_max = torch.cat((span_max, logits[:, whole:].amax(-1, keepdim=True)), dim=1)
+    tokens = []
+    for row, span in enumerate(torch.argmax(span_max, dim=-1).tolist()):
+        start = span * ARGMAX_SPAN
+        tokens.append(start + int(torch.argmax(logits[row, start : start + ARGMAX_SPAN])))
+    return tokens
+
+
 def sample(logits: torch.Tensor, seq_ids: list[str], states: dict[str, SequenceSampling]) -> list[SampledToken]:
     """logits: [S, V], one row per entry of ``seq_ids``."""
     plain = [i for i, seq_id in enumerate(seq_ids) if states[seq_id].plain]
     tokens: dict[int, tuple[int, float | None, TopLogprobs | None]] = {}
-    if plain:  # plain greedy rows: one argmax for all of them
-        rows = torch.tensor(plain, device=logits.device)
-        for i, token in zip(plain, torch.argmax(logits[rows], dim=-1).tolist()):
+    if plain:  # plain greedy rows: one argmax for all of them (no copy when every row is plain)
+        rows = logits if len(plain) == len(seq_ids) else logits[torch.tensor(plain, device=logits.device)]
+        for i, token in zip(plain, argmax_rows(rows)):
             tokens[i] = (token, None, None)
     for i, seq_id in enumerate(seq_ids):
         if i not in tokens:

@@ -9,10 +9,12 @@ import torch
 
 from llm_byoc.protocol import SamplingParams
 from llm_byoc.worker.sampler import (
+    ARGMAX_SPAN,
     LOGPROB_FLOOR,
     SequenceSampling,
     apply_presence_frequency,
     apply_repetition_penalty,
+    argmax_rows,
     filter_top_k_top_p,
     filter_typical,
     sample,
@@ -32,6 +34,23 @@ def _logits(seed: int = 0) -> torch.Tensor:
 
 def _draws(state: SequenceSampling, logits: torch.Tensor, n: int) -> list[int]:
     return [sample(logits[None], ["s"], {"s": state})[0].token_id for _ in range(n)]
+
+
+@pytest.mark.parametrize("vocab", [10, 2 * ARGMAX_SPAN, 12 * ARGMAX_SPAN, 3 * ARGMAX_SPAN + 77])
+def test_argmax_rows_is_torch_argmax(vocab):
+    """Spans or not, with a tail span or not: the first of equal maxima, across spans and within one,
+    a NaN as torch counts it, rows all -inf but one token (a token mask), a maximum in the tail."""
+    generator = torch.Generator().manual_seed(vocab)
+    logits = torch.randn(8, vocab, generator=generator) * 4
+    logits[1, 3] = logits[1, vocab - 1] = 50.0  # tie across spans: the first wins
+    logits[2, 5] = logits[2, 6] = 50.0  # tie within a span
+    logits[3, vocab // 2] = float("nan")
+    logits[4] = float("-inf")
+    logits[4, vocab - 2] = 0.0
+    logits[5, vocab - 1] = 60.0  # in the tail when there is one
+    logits[6] = 1.0  # all equal: index 0
+    assert argmax_rows(logits) == torch.argmax(logits, dim=-1).tolist()
+    assert argmax_rows(logits[2:3]) == [5]
 
 
 def test_greedy_is_argmax_for_every_row():
