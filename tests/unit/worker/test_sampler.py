@@ -18,6 +18,7 @@ from llm_byoc.worker.sampler import (
     filter_top_k_top_p,
     filter_typical,
     sample,
+    sample_row,
 )
 
 VOCAB = 50
@@ -51,6 +52,23 @@ def test_argmax_rows_is_torch_argmax(vocab):
     logits[6] = 1.0  # all equal: index 0
     assert argmax_rows(logits) == torch.argmax(logits, dim=-1).tolist()
     assert argmax_rows(logits[2:3]) == [5]
+
+
+def test_batched_greedy_logprobs_are_each_rows_own():
+    """Greedy rows that report logprobs share one log_softmax: the values sample_row gives row by row, bit for
+    bit, beside rows that report nothing and rows with a penalty (each on its own path)."""
+    logits = torch.stack([_logits(i) for i in range(5)])
+    params = [dict(logprobs=True), dict(), dict(logprobs=True, top_logprobs=3), dict(logprobs=True, repetition_penalty=1.3),
+              dict(logprobs=True)]
+    batched = {f"s{i}": _state(**p) for i, p in enumerate(params)}
+    alone = {f"s{i}": _state(**p) for i, p in enumerate(params)}
+    out = sample(logits, list(batched), batched)
+    for i, token in enumerate(out):
+        expected = sample(logits[i][None], [f"s{i}"], {f"s{i}": alone[f"s{i}"]})[0]
+        reference = sample_row(logits[i], _state(**params[i]))
+        assert (token.token_id, token.logprob, token.top) == (expected.token_id, expected.logprob, expected.top)
+        assert (token.token_id, token.logprob, token.top) == reference
+    assert out[1].logprob is None and out[2].top is not None and len(out[2].top.token_ids) == 3
 
 
 def test_greedy_is_argmax_for_every_row():
