@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import sys
 import time
@@ -69,7 +70,6 @@ def profile_batch(runner: ModelRunner, batch: int, context: int, steps: int, ste
     ids = [f"p{batch}-{i}" for i in range(batch)]
     params = SamplingParams(max_new_tokens=steps + 8, logprobs=logprobs)
     tables = _tables(runner, ids, context + steps + 8)
-    import random
     rng = random.Random(batch)
     chunks = [ScheduledChunk(s, _prompt(context, runner.vocab_size, rng), 0, True, tables[s]) for s in ids]
     out = runner.step(StepBatch(step_id, [NewSequence(s, params) for s in ids], chunks))

@@ -58,8 +58,8 @@ def test_batched_greedy_logprobs_are_each_rows_own():
     """Greedy rows that report logprobs share one log_softmax: the values sample_row gives row by row, bit for
     bit, beside rows that report nothing and rows with a penalty (each on its own path)."""
     logits = torch.stack([_logits(i) for i in range(5)])
-    params = [dict(logprobs=True), dict(), dict(logprobs=True, top_logprobs=3), dict(logprobs=True, repetition_penalty=1.3),
-              dict(logprobs=True)]
+    params = [dict(logprobs=True), dict(), dict(logprobs=True, top_logprobs=3),
+              dict(logprobs=True, repetition_penalty=1.3), dict(logprobs=True)]
     batched = {f"s{i}": _state(**p) for i, p in enumerate(params)}
     alone = {f"s{i}": _state(**p) for i, p in enumerate(params)}
     out = sample(logits, list(batched), batched)
