@@ -9,13 +9,16 @@ import torch
 
 from llm_byoc.protocol import SamplingParams
 from llm_byoc.worker.sampler import (
+    ARGMAX_SPAN,
     LOGPROB_FLOOR,
     SequenceSampling,
     apply_presence_frequency,
     apply_repetition_penalty,
+    argmax_rows,
     filter_top_k_top_p,
     filter_typical,
     sample,
+    sample_row,
 )
 
 VOCAB = 50
@@ -32,6 +35,40 @@ def _logits(seed: int = 0) -> torch.Tensor:
 
 def _draws(state: SequenceSampling, logits: torch.Tensor, n: int) -> list[int]:
     return [sample(logits[None], ["s"], {"s": state})[0].token_id for _ in range(n)]
+
+
+@pytest.mark.parametrize("vocab", [10, 2 * ARGMAX_SPAN, 12 * ARGMAX_SPAN, 3 * ARGMAX_SPAN + 77])
+def test_argmax_rows_is_torch_argmax(vocab):
+    """Spans or not, with a tail span or not: the first of equal maxima, across spans and within one,
+    a NaN as torch counts it, rows all -inf but one token (a token mask), a maximum in the tail."""
+    generator = torch.Generator().manual_seed(vocab)
+    logits = torch.randn(8, vocab, generator=generator) * 4
+    logits[1, 3] = logits[1, vocab - 1] = 50.0  # tie across spans: the first wins
+    logits[2, 5] = logits[2, 6] = 50.0  # tie within a span
+    logits[3, vocab // 2] = float("nan")
+    logits[4] = float("-inf")
+    logits[4, vocab - 2] = 0.0
+    logits[5, vocab - 1] = 60.0  # in the tail when there is one
+    logits[6] = 1.0  # all equal: index 0
+    assert argmax_rows(logits) == torch.argmax(logits, dim=-1).tolist()
+    assert argmax_rows(logits[2:3]) == [5]
+
+
+def test_batched_greedy_logprobs_are_each_rows_own():
+    """Greedy rows that report logprobs share one log_softmax: the values sample_row gives row by row, bit for
+    bit, beside rows that report nothing and rows with a penalty (each on its own path)."""
+    logits = torch.stack([_logits(i) for i in range(5)])
+    params = [dict(logprobs=True), dict(), dict(logprobs=True, top_logprobs=3),
+              dict(logprobs=True, repetition_penalty=1.3), dict(logprobs=True)]
+    batched = {f"s{i}": _state(**p) for i, p in enumerate(params)}
+    alone = {f"s{i}": _state(**p) for i, p in enumerate(params)}
+    out = sample(logits, list(batched), batched)
+    for i, token in enumerate(out):
+        expected = sample(logits[i][None], [f"s{i}"], {f"s{i}": alone[f"s{i}"]})[0]
+        reference = sample_row(logits[i], _state(**params[i]))
+        assert (token.token_id, token.logprob, token.top) == (expected.token_id, expected.logprob, expected.top)
+        assert (token.token_id, token.logprob, token.top) == reference
+    assert out[1].logprob is None and out[2].top is not None and len(out[2].top.token_ids) == 3
 
 
 def test_greedy_is_argmax_for_every_row():

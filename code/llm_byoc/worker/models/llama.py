@@ -31,7 +31,10 @@ from .weights import CheckpointWeights
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """HF LlamaRMSNorm: normalise in float32, scale in the model dtype."""
+    """HF LlamaRMSNorm: normalise in float32, scale in the model dtype. In float32 with one weight per
+    feature that is one call (the same products: x * rsqrt(mean(x^2) + eps), then * weight), not four."""
+    if x.dtype == torch.float32 and weight.dtype == torch.float32 and weight.dim() == 1:
+        return F.rms_norm(x, (x.shape[-1],), weight, eps)
     normed = F.rms_norm(x.float(), (x.shape[-1],), eps=eps)
     return weight * normed.to(x.dtype)
 
@@ -51,8 +54,7 @@ def rope_tables(rotary, h: torch.Tensor, positions: torch.Tensor,
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
     """RoPE (rotate-half): x*cos + [-x2, x1]*sin == x*cos + [x2, x1]*[-sin1, sin2]. x: [T, heads, D]."""
-    half = x.shape[-1] // 2
-    return x * cos + torch.cat((x[..., half:], x[..., :half]), dim=-1) * signed_sin
+    return x * cos + torch.roll(x, -(x.shape[-1] // 2), dims=-1) * signed_sin  # [x2, x1] in one op
 
 
 def head_norms(q_norm: torch.Tensor, k_norm: torch.Tensor, num_heads: int, num_kv_heads: int) -> torch.Tensor:
