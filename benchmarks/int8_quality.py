@@ -6,8 +6,9 @@ Two ModelRunners in one process, float32 (oneDNN) and int8, each driven
 directly (one sequence, prompt in one chunk, then one token per step):
 
 - greedy agreement: over the fixed prompts below (chat-templated), the share
-  of prompts whose first ``--new-tokens`` greedy tokens are identical, and the
-  mean length of the common prefix (tokens until the first difference);
+  of prompts whose greedy answers (up to ``--new-tokens`` tokens or the end of
+  sequence token) are identical, and the mean length of the common prefix
+  (tokens until the first difference);
 - perplexity of a fixed English text (TEXT, ~500 tokens, from the prompt's
   log-probabilities under the raw model), float32 and int8, and their ratio.
 
@@ -96,8 +97,8 @@ class Driven:
         table = self._table(len(prompt) + new_tokens)
         out = self._step(new=[NewSequence(seq, SamplingParams(max_new_tokens=new_tokens))],
                          chunks=[ScheduledChunk(seq, prompt, 0, True, table)])
-        tokens = [out.samples[0].token_id]
-        while len(tokens) < new_tokens:
+        tokens, eos = [out.samples[0].token_id], set(self.runner.info.eos_token_ids)
+        while len(tokens) < new_tokens and tokens[-1] not in eos:
             out = self._step(chunks=[ScheduledChunk(seq, [tokens[-1]], len(prompt) + len(tokens) - 1, True)])
             tokens.append(out.samples[0].token_id)
         self._step(freed=[seq])
@@ -138,15 +139,17 @@ def main(argv: list[str] | None = None) -> int:
                                                        add_generation_prompt=True), add_special_tokens=False)["input_ids"]
                for p in PROMPTS]
     outputs = {name: [driven.greedy(p, args.new_tokens) for p in prompts] for name, (driven, _) in runs.items()}
-    common = [next((i for i, (a, b) in enumerate(zip(f, q)) if a != b), len(f))
+    common = [next((i for i, (a, b) in enumerate(zip(f, q)) if a != b), min(len(f), len(q)))
               for f, q in zip(outputs["float32"], outputs["int8"])]
+    identical = sum(f == q for f, q in zip(outputs["float32"], outputs["int8"]))
     text = tokenizer(TEXT)["input_ids"]
     ppl = {name: math.exp(-sum(driven.prompt_logprobs(text)) / (len(text) - 1)) for name, (driven, _) in runs.items()}
     report = {
         "model": model, "cpu": cpu.describe(), "threads": torch.get_num_threads(),
         "prompts": len(prompts), "new_tokens": args.new_tokens,
-        "greedy_identical": sum(c == args.new_tokens for c in common),
-        "greedy_identical_share": round(sum(c == args.new_tokens for c in common) / len(common), 3),
+        "greedy_identical": identical,
+        "greedy_identical_share": round(identical / len(common), 3),
+        "answer_tokens_float32": [len(out) for out in outputs["float32"]],
         "mean_common_prefix_tokens": round(sum(common) / len(common), 2),
         "common_prefix_per_prompt": common,
         "perplexity_text_tokens": len(text),
