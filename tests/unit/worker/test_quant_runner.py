@@ -72,3 +72,17 @@ def test_a_lora_adapter_adds_its_rows_on_the_int8_base(tiny_llama_dir, tmp_path,
     adapter_effect = max(abs(a - b) for a, b in zip(with_int8, base_int8))
     assert quantization_gap < 0.1
     assert adapter_effect > 5 * quantization_gap
+
+
+@pytest.mark.parametrize("fixture", ["tiny_mixtral_dir", "tiny_gemma2_dir", "tiny_opt_dir"])
+def test_every_native_family_runs_on_int8(request, fixture):
+    """Routed experts (one int8 projection per expert), Gemma's norms and OPT's biases."""
+    runner = ModelRunner.from_config(EngineConfig(model=str(request.getfixturevalue(fixture)), max_num_seqs=4,
+                                                  quantization="int8"))
+    assert runner.info.linear_backend == "int8"
+    requests = [Request(f"r{i}", prompt, SamplingParams(max_new_tokens=6))
+                for i, prompt in enumerate(_prompts(6, [12, 5, 20]))]
+    together = drive(runner, requests, num_slots=4, token_budget=64)
+    alone = drive(runner, requests[2:], num_slots=4, token_budget=64)
+    assert all(len(tokens) == 6 for tokens in together.outputs.values())
+    assert alone.outputs["r2"] == together.outputs["r2"]
