@@ -135,9 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model)
-    prompts = [tokenizer(tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
-                                                       add_generation_prompt=True), add_special_tokens=False)["input_ids"]
-               for p in PROMPTS]
+    chats = [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+             for p in PROMPTS]
+    prompts = [tokenizer(chat, add_special_tokens=False)["input_ids"] for chat in chats]
     outputs = {name: [driven.greedy(p, args.new_tokens) for p in prompts] for name, (driven, _) in runs.items()}
     common = [next((i for i, (a, b) in enumerate(zip(f, q)) if a != b), min(len(f), len(q)))
               for f, q in zip(outputs["float32"], outputs["int8"])]

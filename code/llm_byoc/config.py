@@ -242,7 +242,7 @@ class EngineConfig:
     engine: str = "auto"  # native | vllm | auto (engine/engine_choice.py)
     tensor_parallel_size: int = 0  # vllm: GPUs one model is split over; 0: every GPU the container sees
     pipeline_parallel_size: int = 1  # vllm
-    quantization: str = ""  # native: "" or int8 (CPU, worker/quant.py); vllm: "" reads the checkpoint's quantization_config, else vLLM's method name
+    quantization: str = ""  # native: "" or int8 (CPU, worker/quant.py); vllm: vLLM's method, "" the checkpoint's
     speculative_config: str = ""  # vllm: JSON passed through as its speculative_config
     speculative_method: str = "off"  # off | ngram (prompt lookup, engine/speculative.py); draft is not built yet
     num_speculative_tokens: int = 4  # tokens proposed per sequence and step
