@@ -125,6 +125,7 @@ DEFAULT_DOWNLOAD_DIR = "/tmp/llm_byoc/model"
 
 _DTYPES = ("auto", "float32", "float16", "bfloat16")
 LINEAR_BACKENDS = ("auto", "onednn", "aten")  # see worker/linear.py
+NATIVE_QUANTIZATIONS = ("int8",)  # LLM_BYOC_QUANTIZATION for our engine (worker/quant.py); vLLM's names are vLLM's
 DECODER_PATHS = ("auto", "native", "generic")  # auto: native where the family has one (worker/models/__init__.py)
 _DEVICES = ("auto", "cpu", "cuda")
 MULTI_MODEL_BACKENDS = ("native", "triton")
@@ -242,7 +243,7 @@ class EngineConfig:
     engine: str = "auto"  # native | vllm | auto (engine/engine_choice.py)
     tensor_parallel_size: int = 0  # vllm: GPUs one model is split over; 0: every GPU the container sees
     pipeline_parallel_size: int = 1  # vllm
-    quantization: str = ""  # vllm: "" reads the checkpoint's quantization_config; else vLLM's method name
+    quantization: str = ""  # native: "" or int8 (CPU, worker/quant.py); vllm: vLLM's method, "" the checkpoint's
     speculative_config: str = ""  # vllm: JSON passed through as its speculative_config
     speculative_method: str = "off"  # off | ngram (prompt lookup, engine/speculative.py) | draft (worker/draft.py)
     draft_model: str = ""  # draft: a local model folder with the target's vocabulary (LLM_BYOC_DRAFT_MODEL)

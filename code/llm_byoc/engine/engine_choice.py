@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..adapters.messages import AdapterCommand
-from ..config import ENV_ENGINE, ConfigError, EngineConfig
+from ..config import ENV_DEVICE, ENV_ENGINE, ENV_QUANTIZATION, NATIVE_QUANTIZATIONS, ConfigError, EngineConfig
 from ..protocol import AddSequence, EngineOutputs, EngineState, HealthReport, SessionCommand
 from .core import EngineCore
 from .vllm_core import VllmCore
@@ -80,12 +80,32 @@ def choose_engine(config: EngineConfig) -> EngineChoice:
     return EngineChoice("native", f"{ENV_ENGINE}=auto: {why}")
 
 
+def check_quantization(config: EngineConfig, engine: str) -> None:
+    """ConfigError when ``LLM_BYOC_QUANTIZATION`` names nothing ``engine`` can do.
+
+    The native engine knows ``int8`` (CPU only, worker/quant.py); the vllm engine takes vLLM's method names, and
+    ``int8`` there is refused rather than guessed (vLLM has no method of that name)."""
+    value = config.quantization
+    if engine == "vllm":
+        if value in NATIVE_QUANTIZATIONS:
+            raise ConfigError(f"{ENV_QUANTIZATION}={value} is the native engine's CPU int8; the vllm engine takes "
+                              f"vLLM's method names (fp8, awq, gptq, bitsandbytes, ...), or set {ENV_ENGINE}=native")
+        return
+    if value and value not in NATIVE_QUANTIZATIONS:
+        raise ConfigError(f"{ENV_QUANTIZATION}={value!r}: the native engine knows {', '.join(NATIVE_QUANTIZATIONS)} "
+                          f"(or empty); vLLM's methods need {ENV_ENGINE}=vllm")
+    if value and config.device == "cuda":
+        raise ConfigError(f"{ENV_QUANTIZATION}={value} runs on the CPU; with {ENV_DEVICE}=cuda use the vllm engine "
+                          f"and one of vLLM's methods (fp8, ...)")
+
+
 def make_core(config: EngineConfig, on_outputs: Callable[[EngineOutputs], None], worker_target=None) -> Core:
     """The chosen engine's core; ``worker_target`` (tests' fake model worker) means ours."""
     if worker_target is not None:
         choice = EngineChoice("native", "a test's model worker")
     else:
         choice = choose_engine(config)
+    check_quantization(config, choice.name)
     log.info("engine: %s (%s)", choice.name, choice.reason)
     if choice.name == "vllm":
         return VllmCore(config, on_outputs, choice.reason)

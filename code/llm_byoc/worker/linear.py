@@ -21,6 +21,10 @@ AVX-512-BF16 and AMX make it fast), ``F.linear`` for bfloat16 elsewhere;
 ``F.linear`` for float16 and on CUDA (cuBLAS). The check asks torch's oneDNN
 (which honours ``ONEDNN_MAX_CPU_ISA``) and then runs one tiny projection, so a
 CPU that cannot run a kernel is found at load, never inside a step.
+
+``LLM_BYOC_QUANTIZATION=int8`` replaces both on the CPU by ``int8``: int8
+weights and per-row int8 activations (worker/quant.py), whatever
+``LLM_BYOC_LINEAR_BACKEND`` says.
 """
 
 from __future__ import annotations
@@ -32,8 +36,10 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from ..config import ENV_LINEAR_BACKEND, ENV_QUANTIZATION
 from ..config import LINEAR_BACKENDS as BACKENDS
 from ..cpu import describe_line
+from .quant import QUANTIZATIONS, Int8Linear, int8_unsupported
 
 _ONEDNN_DTYPES = (torch.float32, torch.bfloat16)
 
@@ -61,7 +67,7 @@ class OneDNNLinear:
         return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self.weight, self.bias, "none", [], "")
 
 
-Linear = AtenLinear | OneDNNLinear
+Linear = AtenLinear | OneDNNLinear | Int8Linear
 MakeLinear = Callable[[torch.Tensor, "torch.Tensor | None"], Linear]
 
 
@@ -99,17 +105,27 @@ def onednn_usable(device: torch.device, dtype: torch.dtype) -> bool:
 
 
 class BackendChoice(NamedTuple):
-    name: str  # "onednn" or "aten"
+    name: str  # "onednn", "aten" or "int8"
     reason: str  # for the load log
 
 
-def resolve_backend(requested: str, device: torch.device, dtype: torch.dtype) -> BackendChoice:
-    """``auto`` -> the fastest kernel this device, dtype and CPU can run.
+def resolve_backend(requested: str, device: torch.device, dtype: torch.dtype, quantization: str = "") -> BackendChoice:
+    """``auto`` -> the fastest kernel this device, dtype and CPU can run; ``quantization="int8"`` -> int8.
 
-    An explicit ``onednn`` that cannot run raises ValueError naming what is missing.
+    An explicit ``onednn``, or ``int8``, that cannot run raises ValueError naming what is missing.
     """
     if requested not in BACKENDS:
         raise ValueError(f"linear backend must be one of {BACKENDS}, not {requested!r}")
+    if quantization:
+        if quantization not in QUANTIZATIONS:
+            raise ValueError(f"{ENV_QUANTIZATION} for the native engine must be one of {QUANTIZATIONS} or empty, "
+                             f"not {quantization!r}")
+        unsupported = int8_unsupported(device)
+        if unsupported:
+            raise ValueError(unsupported)
+        ignored = "" if requested == "auto" else f"; {ENV_LINEAR_BACKEND}={requested} does not apply"
+        return BackendChoice("int8", f"{ENV_QUANTIZATION}=int8: int8 weights per channel, "
+                                     f"int8 activations per row (fbgemm){ignored}")
     if requested == "aten":
         return BackendChoice("aten", "asked for")
     unsupported = onednn_unsupported(device, dtype)
@@ -128,4 +144,22 @@ def linear_factory(backend: str, batch_hint: int | None = None) -> MakeLinear:
         return lambda weight, bias=None: OneDNNLinear(weight, bias, batch_hint)
     if backend == "aten":
         return lambda weight, bias=None: AtenLinear(weight, bias)
+    if backend == "int8":
+        return Int8Projections()
     raise ValueError(f"unresolved linear backend {backend!r}")
+
+
+class Int8Projections:
+    """``make(weight, bias) -> Int8Linear`` that counts what it built, for the load log."""
+
+    def __init__(self):
+        self.count = 0
+        self.nbytes = 0  # int8 weights, their scales and biases
+        self.float32_bytes = 0  # the same projections in float32
+
+    def __call__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> Int8Linear:
+        linear = Int8Linear(weight, bias)
+        self.count += 1
+        self.nbytes += linear.nbytes
+        self.float32_bytes += 4 * (weight.numel() + (0 if bias is None else bias.numel()))
+        return linear

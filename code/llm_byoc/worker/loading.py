@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from ..config import DEFAULT_MAX_MODEL_LEN, ENV_LINEAR_BACKEND, EngineConfig
+from ..config import DEFAULT_MAX_MODEL_LEN, ENV_LINEAR_BACKEND, ENV_QUANTIZATION, EngineConfig
 from ..errors import ModelLoadError
 from ..models.device import resolve_device
 from ..models.loader import (
@@ -34,7 +34,7 @@ from ..models.loader import (
     resolve_dtype,
 )
 from ..protocol import ModelInfo, RopeByLength
-from .linear import MakeLinear, linear_factory, resolve_backend
+from .linear import Int8Projections, MakeLinear, linear_factory, resolve_backend
 from .models import (
     GENERIC_PATH,
     NeedsTransformers,
@@ -117,7 +117,7 @@ def load_model(config: EngineConfig) -> LoadedModel:
     dtype = resolve_dtype(config.dtype, device)
     max_num_seqs = _max_num_seqs(config, device)
     try:
-        backend, backend_reason = resolve_backend(config.linear_backend, device, dtype)
+        backend, backend_reason = resolve_backend(config.linear_backend, device, dtype, config.quantization)
     except ValueError as exc:
         raise ModelLoadError(str(exc)) from None
     log.info("linear kernels: %s (%s)", backend, backend_reason)
@@ -136,6 +136,9 @@ def load_model(config: EngineConfig) -> LoadedModel:
         log.info("loading %s through transformers: %s", folder, native_reason)
         decoder, param_bytes, model_config, eos = _load_through_transformers(folder, config, max_len, make_linear,
                                                                              backend, tokenizer)
+    if isinstance(make_linear, Int8Projections):
+        log.info("int8 projections: %d, %.1f MiB of int8 weights and scales (%.1f MiB in float32)",
+                 make_linear.count, make_linear.nbytes / 2**20, make_linear.float32_bytes / 2**20)
     info = ModelInfo(
         model_type=model_config.model_type,
         model_path=str(Path(folder)),
@@ -167,6 +170,9 @@ def _load_generic(folder: Path, config: EngineConfig, started: float) -> LoadedM
     tokenizer = load_tokenizer(folder, config.trust_remote_code)
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)
+    if config.quantization:
+        raise ModelLoadError(f"{ENV_QUANTIZATION}={config.quantization} needs a native decoder, and this model "
+                             f"is served on the {GENERIC_PATH} (its transformers modules)")
     if config.linear_backend not in ("auto", "aten"):
         log.warning("%s=%s does not apply on the %s: its projections are the model's own modules (F.linear)",
                     ENV_LINEAR_BACKEND, config.linear_backend, GENERIC_PATH)

@@ -69,6 +69,21 @@ def _args(config: EngineConfig, facts=CPU) -> dict:
     return vllm_mapping.engine_args(config, Path("/m"), "float32", 2048, facts)
 
 
+@pytest.mark.parametrize("engine, quantization, device, says", [
+    ("native", "awq", "auto", "the native engine knows int8"),
+    ("native", "int8", "cuda", "runs on the CPU"),
+    ("vllm", "int8", "auto", "native engine's CPU int8"),
+])
+def test_a_quantization_the_engine_cannot_do_is_a_config_error(engine, quantization, device, says):
+    with pytest.raises(ConfigError, match=says):
+        engine_choice.check_quantization(EngineConfig(quantization=quantization, device=device), engine)
+
+
+@pytest.mark.parametrize("engine, quantization", [("native", "int8"), ("native", ""), ("vllm", "awq"), ("vllm", "")])
+def test_each_engine_keeps_its_own_quantization_names(engine, quantization):
+    engine_choice.check_quantization(EngineConfig(quantization=quantization, device="cpu"), engine)
+
+
 def test_engine_args_carry_our_settings():
     config = EngineConfig(max_num_seqs=32, max_loras=4, max_lora_rank=24, enable_prefix_caching=False,
                           speculative_config=json.dumps({"method": "ngram", "num_speculative_tokens": 4}))

@@ -1,0 +1,169 @@
+"""Quality of LLM_BYOC_QUANTIZATION=int8 against float32 on SmolLM2-135M-Instruct (worker/quant.py).
+
+    PYTHONPATH=code python benchmarks/int8_quality.py [--new-tokens 32] [--json benchmarks/results/issue28_int8_quality.json]
+
+Two ModelRunners in one process, float32 (oneDNN) and int8, each driven
+directly (one sequence, prompt in one chunk, then one token per step):
+
+- greedy agreement: over the fixed prompts below (chat-templated), the share
+  of prompts whose greedy answers (up to ``--new-tokens`` tokens or the end of
+  sequence token) are identical, and the mean length of the common prefix
+  (tokens until the first difference);
+- perplexity of a fixed English text (TEXT, ~500 tokens, from the prompt's
+  log-probabilities under the raw model), float32 and int8, and their ratio.
+
+Also the load time and resident memory each runner added (RSS after load minus
+before, weights plus the KV pool; the pool is the same size in both).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+
+from llm_byoc import cpu
+from llm_byoc.config import EngineConfig
+from llm_byoc.models.default_model import ensure_default_model
+from llm_byoc.protocol import NewSequence, SamplingParams, ScheduledChunk, StepBatch
+from llm_byoc.worker.runner import ModelRunner
+
+PROMPTS = [
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "Explain what a hash table is in two sentences.",
+    "List three fruits that are red.",
+    "How many legs does a spider have?",
+    "Translate 'good morning' into Spanish.",
+    "What is 12 times 7?",
+    "Give me a tip for sleeping better.",
+    "Who wrote Romeo and Juliet?",
+    "Describe the color blue to someone who cannot see.",
+    "What does a compiler do?",
+    "Name the planets of the solar system in order.",
+    "Why is the sky blue?",
+    "Write a Python function that reverses a string.",
+    "What is photosynthesis?",
+    "Suggest a name for a pet cat.",
+]
+
+TEXT = (
+    "The history of the bicycle begins in the early nineteenth century. In 1817 the German inventor Karl Drais "
+    "built a two-wheeled machine that the rider pushed along with his feet; it had no pedals, and it was called "
+    "the running machine, or the dandy horse in England. Pedals attached to the front wheel appeared in France "
+    "in the 1860s, and the machines that carried them were nicknamed boneshakers, because their iron tyres on "
+    "cobbled streets made for a rough ride. To go faster, makers enlarged the front wheel, which led to the "
+    "high-wheeler of the 1870s: a huge front wheel, a tiny rear one, and a rider perched high above the ground, "
+    "at real risk of being thrown over the handlebars. The safety bicycle of the 1880s solved that problem. It "
+    "had two wheels of similar size and a chain that drove the rear wheel, so the rider sat lower and could put "
+    "a foot down. When John Boyd Dunlop introduced the pneumatic tyre in 1888, comfort improved greatly, and a "
+    "bicycle boom followed in Europe and North America. Cycling gave ordinary people a cheap way to travel on "
+    "their own, and it played a part in changing social habits, including the clothing worn by women. Many "
+    "techniques developed for bicycles, such as ball bearings, tubular steel frames and differential gears, "
+    "were later used in the first motor cars and aeroplanes. In the twentieth century the bicycle became a "
+    "means of everyday transport in many countries, from the Netherlands to China, while racing grew into a "
+    "popular sport with famous events such as the Tour de France, first held in 1903. Today bicycles are "
+    "made of aluminium, steel, titanium or carbon fibre, and electric bicycles with a small motor that helps "
+    "the rider are sold in large numbers. Cities build cycle lanes to reduce traffic and pollution, and many "
+    "people ride for their health, for pleasure or to get to work."
+)
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class Driven:
+    """One runner, one sequence at a time, consecutive blocks from the start of its pool."""
+
+    def __init__(self, runner: ModelRunner):
+        self.runner, self.step_id = runner, 0
+
+    def _step(self, **kwargs):
+        self.step_id += 1
+        return self.runner.step(StepBatch(self.step_id, **kwargs))
+
+    def _table(self, tokens: int) -> list[int]:
+        return list(range(1, 1 + -(-tokens // self.runner.block_size)))
+
+    def greedy(self, prompt: list[int], new_tokens: int) -> list[int]:
+        seq = f"g{self.step_id}"
+        table = self._table(len(prompt) + new_tokens)
+        out = self._step(new=[NewSequence(seq, SamplingParams(max_new_tokens=new_tokens))],
+                         chunks=[ScheduledChunk(seq, prompt, 0, True, table)])
+        tokens, eos = [out.samples[0].token_id], set(self.runner.info.eos_token_ids)
+        while len(tokens) < new_tokens and tokens[-1] not in eos:
+            out = self._step(chunks=[ScheduledChunk(seq, [tokens[-1]], len(prompt) + len(tokens) - 1, True)])
+            tokens.append(out.samples[0].token_id)
+        self._step(freed=[seq])
+        return tokens
+
+    def prompt_logprobs(self, prompt: list[int]) -> list[float]:
+        seq = f"p{self.step_id}"
+        out = self._step(new=[NewSequence(seq, SamplingParams(max_new_tokens=1, prompt_logprobs=0))],
+                         chunks=[ScheduledChunk(seq, prompt, 0, True, self._table(len(prompt) + 1))])
+        self._step(freed=[seq])
+        return out.samples[0].prompt.logprobs
+
+
+def load(model: str, quantization: str) -> tuple[Driven, dict]:
+    rss, started = _rss_bytes(), time.perf_counter()
+    runner = ModelRunner.from_config(EngineConfig(model=model, max_num_seqs=4, quantization=quantization,
+                                                  kv_cache_memory="256MiB", kv_cache_commit="load",
+                                                  max_model_len=1024))
+    return Driven(runner), {"load_s": round(time.perf_counter() - started, 2),
+                            "rss_added_mib": round((_rss_bytes() - rss) / 2**20, 1),
+                            "linear_backend": runner.info.linear_backend}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--json", default=None, help="write the report here too")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    model = args.model or str(ensure_default_model())
+    runs = {name: load(model, quantization) for name, quantization in (("float32", ""), ("int8", "int8"))}
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    chats = [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+             for p in PROMPTS]
+    prompts = [tokenizer(chat, add_special_tokens=False)["input_ids"] for chat in chats]
+    outputs = {name: [driven.greedy(p, args.new_tokens) for p in prompts] for name, (driven, _) in runs.items()}
+    common = [next((i for i, (a, b) in enumerate(zip(f, q)) if a != b), min(len(f), len(q)))
+              for f, q in zip(outputs["float32"], outputs["int8"])]
+    identical = sum(f == q for f, q in zip(outputs["float32"], outputs["int8"]))
+    text = tokenizer(TEXT)["input_ids"]
+    ppl = {name: math.exp(-sum(driven.prompt_logprobs(text)) / (len(text) - 1)) for name, (driven, _) in runs.items()}
+    report = {
+        "model": model, "cpu": cpu.describe(), "threads": torch.get_num_threads(),
+        "prompts": len(prompts), "new_tokens": args.new_tokens,
+        "greedy_identical": identical,
+        "greedy_identical_share": round(identical / len(common), 3),
+        "answer_tokens_float32": [len(out) for out in outputs["float32"]],
+        "mean_common_prefix_tokens": round(sum(common) / len(common), 2),
+        "common_prefix_per_prompt": common,
+        "perplexity_text_tokens": len(text),
+        "perplexity": {name: round(value, 4) for name, value in ppl.items()},
+        "perplexity_ratio_int8_over_float32": round(ppl["int8"] / ppl["float32"], 4),
+        "load": {name: info for name, (_, info) in runs.items()},
+        "example": {"prompt": PROMPTS[0], **{name: tokenizer.decode(out[0]) for name, out in outputs.items()}},
+    }
+    print(json.dumps(report, indent=1))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

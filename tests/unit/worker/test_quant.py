@@ -1,0 +1,88 @@
+"""int8 projections (worker/quant.py): close to float32, and a row's result independent of its batch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from llm_byoc.worker.linear import Int8Projections, linear_factory, resolve_backend
+from llm_byoc.worker.quant import Int8Linear
+
+CPU = torch.device("cpu")
+
+
+def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    return ((got.float() - want.float()).norm() / want.float().norm()).item()
+
+
+@pytest.mark.parametrize("rows", [1, 7, 64])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_int8_stays_close_to_float32(rows, with_bias):
+    torch.manual_seed(rows)
+    weight, x = torch.randn(384, 192) * 0.05, torch.randn(rows, 192)
+    bias = torch.randn(384) if with_bias else None
+    got = Int8Linear(weight, bias)(x)
+    assert got.shape == (rows, 384) and got.dtype == torch.float32
+    assert _relative_error(got, F.linear(x, weight, bias)) < 0.02  # ~1% measured: 8 bits each side
+
+
+def test_rows_of_very_different_scales_keep_their_precision():
+    """Each row has its own activation scale: a small row next to a huge one is not crushed to zero."""
+    torch.manual_seed(1)
+    weight = torch.randn(256, 128) * 0.05
+    x = torch.randn(3, 128) * torch.tensor([[1e-3], [1.0], [1e4]])
+    got, want = Int8Linear(weight, None)(x), F.linear(x, weight)
+    for row in range(3):
+        assert _relative_error(got[row], want[row]) < 0.02, row
+
+
+def test_a_row_gives_the_same_bits_alone_and_in_any_batch():
+    torch.manual_seed(2)
+    linear = Int8Linear(torch.randn(512, 96) * 0.05, torch.randn(512))
+    batch = torch.randn(9, 96) * torch.linspace(0.1, 30, 9).unsqueeze(1)
+    together = linear(batch)
+    for row in range(9):
+        assert torch.equal(linear(batch[row : row + 1]), together[row : row + 1]), row
+    assert torch.equal(linear(batch[2:6]), together[2:6])
+
+
+def test_bfloat16_inputs_come_back_in_bfloat16():
+    torch.manual_seed(3)
+    weight, x = torch.randn(128, 64), torch.randn(4, 64, dtype=torch.bfloat16)
+    got = Int8Linear(weight.bfloat16(), None)(x)
+    assert got.dtype == torch.bfloat16
+    assert _relative_error(got, F.linear(x.float(), weight.bfloat16().float())) < 0.03
+
+
+def test_no_rows_and_zero_rows():
+    linear = Int8Linear(torch.randn(32, 16), torch.ones(32))
+    assert linear(torch.empty(0, 16)).shape == (0, 32)
+    assert torch.equal(linear(torch.zeros(2, 16)), torch.ones(2, 32))  # a zero row: only the bias
+
+
+def test_the_factory_counts_int8_bytes():
+    make = linear_factory("int8")
+    assert isinstance(make, Int8Projections)
+    make(torch.randn(64, 32), None)
+    make(torch.randn(16, 32), torch.zeros(16))
+    assert make.count == 2
+    assert make.nbytes == 64 * 32 + 16 * 32 + 4 * (64 + 16) + 4 * 16
+    assert make.float32_bytes == 4 * (64 * 32 + 16 * 32 + 16)
+
+
+def test_int8_is_chosen_by_the_quantization_setting():
+    assert resolve_backend("auto", CPU, torch.float32, "int8").name == "int8"
+    chosen = resolve_backend("onednn", CPU, torch.float32, "int8")
+    assert chosen.name == "int8" and "does not apply" in chosen.reason
+    assert resolve_backend("auto", CPU, torch.float32, "").name in ("onednn", "aten")
+
+
+@pytest.mark.parametrize("device, quantization, says", [
+    (torch.device("cuda"), "int8", "CPU"),
+    (CPU, "awq", "must be one of"),
+    (CPU, "INT8", "must be one of"),
+])
+def test_int8_where_it_cannot_run_is_refused(device, quantization, says):
+    with pytest.raises(ValueError, match=says):
+        resolve_backend("auto", device, torch.float32, quantization)
