@@ -51,7 +51,7 @@ def test_payloads_ask_for_the_output_length():
     payload = build_payload(SPEC, "tgi")
     assert payload == {"inputs": "hello there", "parameters": {"max_new_tokens": 3, "ignore_eos": True}, "stream": True}
     completion = build_payload(SPEC, "openai")
-    assert completion == {"prompt": "hello there", "max_tokens": 3, "temperature": 0, "stream": True}
+    assert completion == {"prompt": "hello there", "max_tokens": 3, "temperature": 0, "ignore_eos": True, "stream": True}
     with pytest.raises(ValueError):
         build_payload(SPEC, "grpc")
 
