@@ -37,7 +37,7 @@ from llm_byoc import cpu
 from llm_byoc.bench.report import write_json
 from llm_byoc.models.default_model import model_or_default
 
-from .llama_server import DEFAULT_BINARY, LlamaServer
+from .llama_server import DEFAULT_BINARY, LlamaServer, build_info
 from .serve_process import ServeProcess
 
 GGUF_QUANTS = ("f32", "q8_0", "q4_1")
@@ -136,8 +136,6 @@ def one_subject(subject: Subject, args: argparse.Namespace, log_dir: Path, round
             row.update(startup_s=round(startup, 2), memory_at_rest_bytes=rest)
             for phase in ("c1", "c16"):
                 row[phase] = load(server.url, route, phase, args.short)
-        if isinstance(server, LlamaServer):
-            rows[f"{subject.name} {OPENAI.label}"]["system_info"] = server.system_info()
         if args.c64 and isinstance(server, LlamaServer):  # its slots are fixed at start: restart with 64
             server.stop()
             server = subject.start(args, 64, log_dir)
@@ -240,7 +238,7 @@ def document(args: argparse.Namespace, bandwidth: list[float], rows: dict, relat
             "loadavg": os.getloadavg(),  # other work on the machine skews every figure
             "memory_bandwidth_gb_s": {"before_after": [round(b, 2) for b in bandwidth],
                                       "how": f"best of 10 torch sums of 256 MiB float32, {THREADS} threads"},
-            "model": args.model, "gguf_dir": str(args.gguf_dir), "rounds": args.rounds, "threads": THREADS,
+            "llama_server": build_info(args.llama_server), "model": args.model, "gguf_dir": str(args.gguf_dir), "rounds": args.rounds, "threads": THREADS,
             "phases": {p: dict(zip(("clients", "requests", "warmup", "seed"), v))
                        for p, v in (SHORT_PHASES if args.short else PHASES).items()},
             "load_args": LOAD_ARGS, "ours_env": dict(args.ours_env), "rows": rows, "tok_s_over_llama_f32": relative}
@@ -262,8 +260,7 @@ def main(argv: list[str] | None = None) -> int:
             for subject in plan if i % 2 == 0 else plan[::-1]:
                 for name, figures in one_subject(subject, args, Path(logs), i).items():
                     rows[name].append(figures)
-                    shown = {k: v for k, v in figures.items() if k != "system_info"}
-                    print(f"round {i + 1} {name}: {json.dumps(shown)}", flush=True)
+                    print(f"round {i + 1} {name}: {json.dumps(figures)}", flush=True)
                 write_json(document(args, bandwidth, rows, None), args.json)
     bandwidth.append(memory_bandwidth_gb_s())
     relative = ratios(rows, names[0])

@@ -27,6 +27,13 @@ def llama_server_command(binary: Path, gguf: Path, port: int, slots: int, thread
             "-np", str(slots), "-t", str(threads), "-c", str(slots * CTX_PER_SLOT), "--no-webui"]
 
 
+def build_info(binary: Path) -> str:
+    """``llama-server --version``: its version and compiler (it logs no CPU feature line by default;
+    the build script compiles with GGML_NATIVE=ON, i.e. for this CPU's flags)."""
+    done = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=30)
+    return " ".join((done.stdout + done.stderr).split())
+
+
 class LlamaServer:
     def __init__(self, binary: Path, gguf: Path, slots: int, threads: int, log_path: Path):
         self.port = free_port()
@@ -57,13 +64,6 @@ class LlamaServer:
 
     def memory(self) -> dict[str, int]:
         return {f"llama-server[{self.proc.pid}]": footprint(self.proc.pid).rss}
-
-    def system_info(self) -> str:
-        """The build's own line about the CPU features it uses (``system_info: ...``)."""
-        for line in self.log_path.read_text(errors="replace").splitlines():
-            if "system_info:" in line:
-                return line.split("system_info:", 1)[1].strip()
-        return ""
 
     def stop(self, timeout_s: float = 30.0) -> int:
         if self.proc.poll() is None:
