@@ -53,9 +53,12 @@ def build_payload(spec: RequestSpec, api: str) -> dict:
             "stream": True,
         }
     if api == "openai":
-        # A completion, not a chat: no template tokens around the prompt. The
-        # OpenAI schema has no ignore_eos, so an answer may end before max_tokens.
-        return {"prompt": spec.prompt, "max_tokens": spec.output_len, "temperature": 0, "stream": True}
+        # A completion, not a chat: no template tokens around the prompt, greedy,
+        # no logprobs. ignore_eos is not OpenAI's own, but the servers this tool
+        # measures take it (this one, vLLM, llama-server), so every answer is
+        # max_tokens long as on the TGI schema.
+        return {"prompt": spec.prompt, "max_tokens": spec.output_len, "temperature": 0, "ignore_eos": True,
+                "stream": True}
     raise ValueError(f"api must be one of {APIS}, not {api!r}")
 
 

@@ -51,7 +51,7 @@ def test_payloads_ask_for_the_output_length():
     payload = build_payload(SPEC, "tgi")
     assert payload == {"inputs": "hello there", "parameters": {"max_new_tokens": 3, "ignore_eos": True}, "stream": True}
     completion = build_payload(SPEC, "openai")
-    assert completion == {"prompt": "hello there", "max_tokens": 3, "temperature": 0, "stream": True}
+    assert completion == {"prompt": "hello there", "max_tokens": 3, "temperature": 0, "ignore_eos": True, "stream": True}
     with pytest.raises(ValueError):
         build_payload(SPEC, "grpc")
 
@@ -98,6 +98,24 @@ def test_openai_role_and_finish_chunks_carry_no_token():
     ]
     assert list(sagemaker_target(FakeTransport(chunks), api="openai").stream(SPEC, 5)) == [1, 1]
 
+
+
+def llama_server_chunk(text, finish=None):
+    """A chunk of llama.cpp's llama-server on /v1/completions with stream (its server-task.cpp)."""
+    chunk = {"choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": finish}], "created": 1,
+             "model": "m.gguf", "system_fingerprint": "b1", "object": "text_completion", "id": "cmpl-1"}
+    if finish:
+        chunk["usage"] = {"completion_tokens": 3, "prompt_tokens": 2, "total_tokens": 5}
+        chunk["timings"] = {"predicted_n": 3, "predicted_ms": 10.0}
+    return f"data: {json.dumps(chunk)}\n\n".encode()
+
+
+def test_llama_servers_completion_stream_counts_its_tokens_and_not_its_closing_chunk():
+    chunks = [llama_server_chunk(" the"), llama_server_chunk(" cat"), llama_server_chunk(" sat"),
+              llama_server_chunk("", "length"), b"data: [DONE]\n\n"]
+    transport = FakeTransport(chunks)
+    assert list(sagemaker_target(transport, api="openai").stream(SPEC, 5)) == [1, 1, 1]
+    assert transport.bodies[0]["ignore_eos"] is True and "logprobs" not in transport.bodies[0]
 
 @pytest.mark.parametrize(
     "error, kind",
