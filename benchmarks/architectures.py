@@ -92,6 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--worker-nice", type=int, default=10,
                         help="LLM_BYOC_WORKER_NICE of each engine (0: a fair share of a machine others load too)")
+    parser.add_argument("--kv-cache-memory", default="auto",
+                        help="each engine's KV pool (LLM_BYOC_KV_CACHE_MEMORY); bounds memory with many engines loaded")
     parser.add_argument("--num-requests", type=int, default=32)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=64)
@@ -115,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
                 before = set(process_tree(os.getpid()))
                 started = time.perf_counter()
                 engine = start_engine(str(folder), max_num_seqs=args.concurrency, num_threads=args.threads,
-                                      decoder=decoder or "auto", worker_nice=args.worker_nice)
+                                      decoder=decoder or "auto", worker_nice=args.worker_nice,
+                                      kv_cache_memory=args.kv_cache_memory)
                 load_s = time.perf_counter() - started
                 engines[name] = engine
                 workers = sorted(set(process_tree(os.getpid())) - before)  # the engine's model worker

@@ -1,6 +1,7 @@
 """Decode steps of this tree's worker against an earlier commit's, step by step in lockstep.
 
-    PYTHONPATH=code python benchmarks/decode_steps_lockstep.py REV [--rounds 6] [--json OUT]
+    PYTHONPATH=code python benchmarks/decode_steps_lockstep.py REV [--rounds 6] [--threads 2] [--clock wall|cpu]
+        [--json OUT]
 
 One process per tree (REV checked out into a temporary git worktree), each with
 its own ModelRunner on SmolLM2-135M (fp32, 2 threads). Each round prefills 16
@@ -11,6 +12,10 @@ the engine, the scheduler or HTTP. On the paged tree the blocks are drawn at
 random from the whole pool (as a prefix cache leaves them after a while); a
 slot-cache tree (before the paged pool) takes no block tables. Prints the
 median of the paired step-time ratios (this tree / REV; below 1: faster).
+``--clock cpu`` times each step by the process's CPU time instead of the wall
+clock: on a machine other work overloads, a step's wall time is mostly waiting
+for a core, its CPU time much less so (with ``--threads 1``, where no worker
+thread spins waiting for another).
 """
 
 from __future__ import annotations
@@ -39,8 +44,10 @@ def child() -> None:
     from llm_byoc.protocol import NewSequence, SamplingParams, ScheduledChunk, StepBatch
     from llm_byoc.worker.runner import ModelRunner
 
-    torch.set_num_threads(2)
-    runner = ModelRunner.from_config(EngineConfig(model=MODEL, max_num_seqs=ROWS))
+    torch.set_num_threads(int(os.environ["LOCKSTEP_THREADS"]))
+    clock = time.process_time if os.environ["LOCKSTEP_CLOCK"] == "cpu" else time.perf_counter
+    runner = ModelRunner.from_config(EngineConfig(model=MODEL, max_num_seqs=ROWS,
+                                                  kv_cache_memory=os.environ["LOCKSTEP_KV_CACHE_MEMORY"]))
     paged = len(inspect.signature(ScheduledChunk).parameters) > 4  # takes each chunk's new blocks
     rng, step_id, ids, last, position = random.Random(0), 0, [], {}, 0
     print("READY", flush=True)
@@ -60,9 +67,9 @@ def child() -> None:
             print("OK", flush=True)
         elif command[0] == "step":
             chunks = [ScheduledChunk(s, [last[s]], position, True) for s in ids]
-            started = time.perf_counter()
+            started = clock()
             out = runner.step(StepBatch(step_id, [], chunks))
-            elapsed = time.perf_counter() - started
+            elapsed = clock() - started
             last, position = {x.seq_id: x.token_id for x in out.samples}, position + 1
             print(f"T {elapsed * 1e3:.3f}", flush=True)
         elif command[0] == "free":
@@ -73,8 +80,9 @@ def child() -> None:
 
 
 class Tree:
-    def __init__(self, code: Path):
-        env = dict(os.environ, PYTHONPATH=str(code))
+    def __init__(self, code: Path, args: argparse.Namespace):
+        env = dict(os.environ, PYTHONPATH=str(code), LOCKSTEP_THREADS=str(args.threads), LOCKSTEP_CLOCK=args.clock,
+                   LOCKSTEP_KV_CACHE_MEMORY=args.kv_cache_memory)
         self.process = subprocess.Popen([sys.executable, __file__, "--child"], env=env, text=True,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self._expect("READY")
@@ -99,6 +107,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("rev")
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--threads", type=int, default=2, help="torch threads of each process")
+    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall", help="time steps by wall or CPU time")
+    parser.add_argument("--kv-cache-memory", default="auto", help="each runner's pool (LLM_BYOC_KV_CACHE_MEMORY)")
     parser.add_argument("--json")
     args = parser.parse_args()
     from llm_byoc import cpu
@@ -108,7 +119,7 @@ def main() -> None:
         subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(old), args.rev],
                        check=True, capture_output=True)
         try:
-            trees = {args.rev: Tree(old / "code"), "this tree": Tree(REPO / "code")}
+            trees = {args.rev: Tree(old / "code", args), "this tree": Tree(REPO / "code", args)}
             names, times = list(trees), {name: [] for name in trees}
             for round_index in range(args.rounds):
                 for tree in trees.values():
@@ -129,11 +140,13 @@ def main() -> None:
         finally:
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(old)], capture_output=True)
     ratio = statistics.median(a / b for a, b in zip(times["this tree"], times[args.rev]))
-    print(f"CPU: {cpu.describe_line()}; {ROWS} rows, contexts {CONTEXT}-{CONTEXT + STEPS - 1}; "
+    print(f"CPU: {cpu.describe_line()}; {ROWS} rows, contexts {CONTEXT}-{CONTEXT + STEPS - 1}, {args.threads} "
+          f"threads, {args.clock} clock; "
           f"median paired step-time ratio this tree / {args.rev}: {ratio:.3f}")
     if args.json:
         Path(args.json).write_text(json.dumps({"rev": args.rev, "cpu": cpu.describe(), "rows": ROWS, "context": CONTEXT,
-                                               "steps": STEPS, "median_paired_ratio": ratio,
+                                               "steps": STEPS, "threads": args.threads, "clock": args.clock,
+                                               "kv_cache_memory": args.kv_cache_memory, "median_paired_ratio": ratio,
                                                "step_ms": times}))
 
 

@@ -139,7 +139,18 @@ def load_model(config: EngineConfig) -> LoadedModel:
     if isinstance(make_linear, Int8Projections):
         log.info("int8 projections: %d, %.1f MiB of int8 weights and scales (%.1f MiB in float32)",
                  make_linear.count, make_linear.nbytes / 2**20, make_linear.float32_bytes / 2**20)
-    info = ModelInfo(
+    info = _model_info(model_config, folder, max_len, eos, device, dtype, max_num_seqs, started, param_bytes,
+                       linear_backend=backend, rope_by_length=_rope_by_length(model_config))
+    log.info("loaded %s (%s, %s on %s, %s linear kernels, native decoder%s) in %.1f s", folder, info.model_type,
+             info.dtype, device, backend, "" if native_reason is None else ", through transformers", info.load_time_s)
+    return LoadedModel(decoder, info, device, dtype)
+
+
+def _model_info(model_config, folder: Path, max_len: int, eos: list[int], device: torch.device, dtype: torch.dtype,
+                max_num_seqs: int, started: float, param_bytes: int, **path_fields) -> ModelInfo:
+    """What either path tells the engine of the loaded model; ``path_fields``: the ModelInfo fields it sets itself
+    (linear_backend, rope_by_length, decoder)."""
+    return ModelInfo(
         model_type=model_config.model_type,
         model_path=str(Path(folder)),
         vocab_size=model_config.vocab_size,
@@ -150,12 +161,8 @@ def load_model(config: EngineConfig) -> LoadedModel:
         max_num_seqs=max_num_seqs,
         load_time_s=round(time.monotonic() - started, 3),
         param_bytes=param_bytes,
-        linear_backend=backend,
-        rope_by_length=_rope_by_length(model_config),
+        **path_fields,
     )
-    log.info("loaded %s (%s, %s on %s, %s linear kernels, native decoder%s) in %.1f s", folder, info.model_type,
-             info.dtype, device, backend, "" if native_reason is None else ", through transformers", info.load_time_s)
-    return LoadedModel(decoder, info, device, dtype)
 
 
 def _max_num_seqs(config: EngineConfig, device: torch.device) -> int:
@@ -180,20 +187,9 @@ def _load_generic(folder: Path, config: EngineConfig, started: float) -> LoadedM
     decoder = build_generic(hf_model, max_len)
     eos = eos_token_ids(getattr(hf_model.generation_config, "eos_token_id", None), hf_model.config.eos_token_id,
                         getattr(tokenizer, "eos_token_id", None))
-    info = ModelInfo(
-        model_type=model_config.model_type,
-        model_path=str(Path(folder)),
-        vocab_size=model_config.vocab_size,
-        max_model_len=max_len,
-        eos_token_ids=eos,
-        device=str(device),
-        dtype=str(dtype).removeprefix("torch."),
-        max_num_seqs=_max_num_seqs(config, device),
-        load_time_s=round(time.monotonic() - started, 3),
-        param_bytes=sum(p.numel() * p.element_size() for p in hf_model.parameters()),
-        linear_backend="aten",  # the model's own nn.Linear modules
-        decoder="generic",
-    )
+    param_bytes = sum(p.numel() * p.element_size() for p in hf_model.parameters())
+    info = _model_info(model_config, folder, max_len, eos, device, dtype, _max_num_seqs(config, device), started,
+                       param_bytes, linear_backend="aten", decoder="generic")  # aten: the model's own nn.Linear
     log.info("loaded %s (%s, %s on %s) on the %s: its transformers modules, our paged attention, in %.1f s",
              folder, info.model_type, info.dtype, device, GENERIC_PATH, info.load_time_s)
     return LoadedModel(decoder, info, device, dtype)

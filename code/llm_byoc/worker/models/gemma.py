@@ -81,11 +81,7 @@ class GemmaLayer:
         hidden, inter, dim = config.hidden_size, config.intermediate_size, config.head_dim
         q, kv = config.num_attention_heads * dim, config.num_key_value_heads * dim
         attn, mlp = prefix + "self_attn.", prefix + "mlp."
-
-        def projection(parts: list[tuple[str, int]], columns: int, bias: bool) -> Linear:
-            weight = weights.projection([(name + ".weight", (rows, columns)) for name, rows in parts])
-            return make_linear(weight, weights.fused([(name + ".bias", (rows,)) for name, rows in parts])
-                               if bias else None)
+        projection = functools.partial(weights.linear, make_linear)
 
         def norm(name: str, size: int = hidden) -> torch.Tensor:
             return norm_scale(weights.tensor(prefix + name + ".weight", (size,)))
@@ -158,11 +154,9 @@ class GemmaDecoder:
                         make_linear: MakeLinear | None = None) -> "GemmaDecoder":
         """Straight from the safetensors files; the LM head is the embedding when tied or absent."""
         make_linear = make_linear or linear_factory("aten")
-        base = weights.prefix("embed_tokens.weight", ("model.", ""))
-        hidden, vocab = config.hidden_size, config.vocab_size
-        embed = weights.tensor(base + "embed_tokens.weight", (vocab, hidden))
-        tied = config.tie_word_embeddings or "lm_head.weight" not in weights
-        lm_head = make_linear(embed if tied else weights.tensor("lm_head.weight", (vocab, hidden)), None)
+        hidden = config.hidden_size
+        base, embed, lm_head = weights.embedding_and_head(config.vocab_size, hidden, config.tie_word_embeddings,
+                                                          make_linear)
         layers = [GemmaLayer.from_checkpoint(weights, f"{base}layers.{i}.", config, make_linear)
                   for i in range(config.num_hidden_layers)]
         rope = config.rope_parameters

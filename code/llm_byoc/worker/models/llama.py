@@ -12,6 +12,7 @@ for what that path does not take, from a loaded transformers model (``from_hf``)
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -151,12 +152,7 @@ class LlamaLayer:
         gate_up = [(mlp + "gate_proj", inter), (mlp + "up_proj", inter)]
         if config.model_type in FUSED_CHECKPOINT:
             qkv, gate_up = [(attn + "qkv_proj", q + 2 * kv)], [(mlp + "gate_up_proj", 2 * inter)]
-
-        def projection(parts: list[tuple[str, int]], columns: int, bias: bool) -> Linear:
-            weight = weights.projection([(name + ".weight", (rows, columns)) for name, rows in parts])
-            return make_linear(weight, weights.fused([(name + ".bias", (rows,)) for name, rows in parts])
-                               if bias else None)
-
+        projection = functools.partial(weights.linear, make_linear)
         experts = _routed_experts(weights, prefix, config, projection) if routed else None
         return cls(
             ln_attn=weights.tensor(prefix + "input_layernorm.weight", (hidden,)),
@@ -213,13 +209,9 @@ class LlamaDecoder:
                         make_linear: MakeLinear | None = None) -> "LlamaDecoder":
         """Straight from the safetensors files; the LM head is the embedding when tied or absent."""
         make_linear = make_linear or linear_factory("aten")
-        base = weights.prefix("embed_tokens.weight", ("model.", ""))
-        hidden, vocab = config.hidden_size, config.vocab_size
-        embed = weights.tensor(base + "embed_tokens.weight", (vocab, hidden))
-        # The head before the layers: a backend that repacks it holds it twice for a moment, best while little
-        # else is loaded; its own allocation (not the reused projection buffer) is freed once it is packed.
-        tied = config.tie_word_embeddings or "lm_head.weight" not in weights
-        lm_head = make_linear(embed if tied else weights.tensor("lm_head.weight", (vocab, hidden)), None)
+        hidden = config.hidden_size
+        base, embed, lm_head = weights.embedding_and_head(config.vocab_size, hidden, config.tie_word_embeddings,
+                                                          make_linear)
         layers = [LlamaLayer.from_checkpoint(weights, f"{base}layers.{i}.", config, make_linear, config.routed(i))
                   for i in range(config.num_hidden_layers)]
         return cls(
