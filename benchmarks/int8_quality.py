@@ -24,10 +24,12 @@ import math
 import os
 import sys
 import time
+from pathlib import Path
 
 import torch
 
 from llm_byoc import cpu
+from llm_byoc.bench.report import write_json
 from llm_byoc.config import EngineConfig
 from llm_byoc.models.default_model import ensure_default_model
 from llm_byoc.protocol import NewSequence, SamplingParams, ScheduledChunk, StepBatch
@@ -160,8 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(json.dumps(report, indent=1))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
+        write_json(report, Path(args.json))
     return 0
 
 

@@ -23,7 +23,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.step_bench import time_decode, time_prefill  # noqa: E402
-from llm_byoc import cpu  # noqa: E402
+from llm_byoc import cpu
+from llm_byoc.bench.report import write_json  # noqa: E402
 from llm_byoc.config import EngineConfig  # noqa: E402
 from llm_byoc.models.default_model import ensure_default_model  # noqa: E402
 from llm_byoc.worker.runner import ModelRunner  # noqa: E402
@@ -70,8 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(json.dumps(report, indent=1))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
+        write_json(report, Path(args.json))
     return 0
 
 

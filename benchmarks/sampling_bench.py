@@ -12,14 +12,15 @@ is the batched greedy path every plain row takes. Writes ``--json`` if given.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 
 from llm_byoc import cpu
+from llm_byoc.bench.report import write_json
 from llm_byoc.config import EngineConfig
 from llm_byoc.models.default_model import model_or_default
 from llm_byoc.protocol import SamplingParams
@@ -87,8 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {asking:>3} of {args.batch} rows asking: step {row['step_median_ms']:8.2f} ms "
               f"({row['step_median_ms'] / base['step_median_ms']:.2f}x)  sampler {row['sampler_median_ms']:7.3f} ms")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
+        write_json(report, Path(args.json))
     return 0
 
 
