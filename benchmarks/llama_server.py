@@ -5,14 +5,13 @@ can put it beside our ``serve``. Built by ``container/build_llama_cpp.sh``."""
 from __future__ import annotations
 
 import http.client
-import signal
 import subprocess
 import time
 from pathlib import Path
 
 from llm_byoc.process.procfs import footprint
 
-from .serve_process import free_port
+from .serve_process import free_port, stop_process
 
 DEFAULT_BINARY = Path("/work/llama.cpp-build/build/bin/llama-server")
 CTX_PER_SLOT = 256  # tokens each slot holds: a ~30-word prompt and 64 new tokens, with room
@@ -66,12 +65,4 @@ class LlamaServer:
         return {f"llama-server[{self.proc.pid}]": footprint(self.proc.pid).rss}
 
     def stop(self, timeout_s: float = 30.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
-        return self.proc.returncode
+        return stop_process(self.proc, self._log, timeout_s)

@@ -45,6 +45,19 @@ def save_result(kind: str, args, **figures) -> Path:
     return out
 
 
+def stop_process(proc: subprocess.Popen, log, timeout_s: float) -> int:
+    """SIGTERM, then SIGKILL after ``timeout_s``; closes the process's log file; its exit status."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    log.close()
+    return proc.returncode
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -94,15 +107,7 @@ class ServeProcess:
         return out
 
     def stop(self, timeout_s: float = 90.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
-        return self.proc.returncode
+        return stop_process(self.proc, self._log, timeout_s)
 
 
 def _role(cmd: str) -> str:
