@@ -41,6 +41,7 @@ from ..protocol import ScheduledChunk, StepBatch
 from .batch import build_step_inputs, order_chunks
 from .kv_cache import PagedKVCache
 from .loading import LoadedModel, load_model
+from .sampler import argmax_rows
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +176,7 @@ class DraftProposer:
         with torch.inference_mode():
             hidden = self.decoder.forward(inputs, self.cache)  # [T, hidden]
             logits = self.decoder.logits(hidden[inputs.sample_rows])  # [S, V]
-            tokens = torch.argmax(logits, dim=-1).tolist()
+            tokens = argmax_rows(logits)
         return dict(zip(inputs.sample_seq_ids, tokens))
 
     def _grow(self, seq: _DraftSequence, num_tokens: int, keep: set[str]) -> None:

@@ -23,13 +23,13 @@ from __future__ import annotations
 import torch
 
 from ..protocol import SampledToken
-from .sampler import SequenceSampling, sample, sample_row
+from .sampler import SequenceSampling, argmax_rows, sample, sample_row
 
 
 def verify(logits: torch.Tensor, drafts: list[int], state: SequenceSampling, seq_id: str) -> list[SampledToken]:
     """logits: [len(drafts) + 1, V] -> the accepted proposals and one token of the model's own."""
     out: list[SampledToken] = []
-    greedy = torch.argmax(logits, dim=-1).tolist() if state.plain else None
+    greedy = argmax_rows(logits) if state.plain else None
     for i in range(len(drafts) + 1):
         token, logprob, top = (greedy[i], None, None) if greedy is not None else sample_row(logits[i], state)
         state.record(token)
