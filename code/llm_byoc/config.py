@@ -38,6 +38,7 @@ ENV_LINEAR_BACKEND = "LLM_BYOC_LINEAR_BACKEND"
 ENV_DECODER = "LLM_BYOC_DECODER"
 ENV_STEP_TIMEOUT = "LLM_BYOC_STEP_TIMEOUT"
 ENV_WORKER_NICE = "LLM_BYOC_WORKER_NICE"
+ENV_THREADS_ADAPT = "LLM_BYOC_THREADS_ADAPT"
 ENV_TRUST_REMOTE_CODE = "LLM_BYOC_TRUST_REMOTE_CODE"
 ENV_KV_CACHE_MEMORY = "LLM_BYOC_KV_CACHE_MEMORY"
 ENV_KV_CACHE_COMMIT = "LLM_BYOC_KV_CACHE_COMMIT"
@@ -222,6 +223,7 @@ class EngineConfig:
     max_waiting: int = 256  # queued sequences beyond this are refused (429)
     num_threads: int = 0  # torch intra-op threads in the worker; 0 = OMP_NUM_THREADS, else the usable cores (cpu.py)
     worker_nice: int = 10  # nice increment of every model process: HTTP and engine threads get a core first (process/threads.py)
+    threads_adapt: bool = True  # the worker steps with fewer threads while other processes keep cores busy (process/cpu_share.py)
     linear_backend: str = "auto"  # auto: oneDNN prepacked weights on CPU (fp32/bf16), else F.linear
     decoder: str = "auto"  # our engine's decoder: native (fused, per family) | generic (transformers' modules) | auto
     step_timeout_s: int = 300  # a worker that does not finish one step in this long is hung: stop it; 0 = never
@@ -342,6 +344,7 @@ class EngineConfig:
             max_waiting=_int(env, ENV_MAX_WAITING, 256),
             num_threads=_int(env, ENV_NUM_THREADS, 0),
             worker_nice=_int(env, ENV_WORKER_NICE, 10),
+            threads_adapt=_bool(env, ENV_THREADS_ADAPT, True),
             linear_backend=env.get(ENV_LINEAR_BACKEND, "auto") or "auto",
             decoder=(env.get(ENV_DECODER) or "auto").strip().lower(),
             step_timeout_s=_int(env, ENV_STEP_TIMEOUT, 300),

@@ -1,7 +1,7 @@
 """Thread settings applied before the heavy libraries load.
 
-OpenMP worker threads spin only briefly between parallel regions, then sleep.
-A model worker shares the CPU with the HTTP front end and the engine core.
+In multi-model processes OpenMP worker threads spin only briefly between
+parallel regions, then sleep: several model processes share the cores.
 Measured on the 2-core dev VM (SmolLM2-135M, 16 concurrent, 2 threads):
 torch's default (long spins) collapses to 370-2800 ms per decode step when
 another process is busy; OMP_WAIT_POLICY=PASSIVE avoids that but pays a wake-up
@@ -19,7 +19,11 @@ import sys
 
 log = logging.getLogger(__name__)
 
-OPENMP_DEFAULTS = {"GOMP_SPINCOUNT": "50000"}
+OPENMP_DEFAULTS = {"GOMP_SPINCOUNT": "50000"}  # processes that share the cores with others of their kind
+# The engine's one model worker: libgomp's own default spin. Its back-to-back 1-row regions stay hot (on the
+# 2-core dev VM, SmolLM2-135M fp32, one client: ITL p50 33.0 ms against 42.5 ms at 50k; 16 clients 183 against
+# 167 tok/s), and a busy neighbour is met by stepping with fewer threads (process/cpu_share.py), not by sleeping.
+WORKER_OPENMP_DEFAULTS = {"GOMP_SPINCOUNT": "300000"}
 _OPENMP_OVERRIDES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 # numpy's OpenBLAS starts its thread pool when numpy is imported. A zygote must
 # not hold threads when it forks, and our handlers use numpy only for
@@ -27,14 +31,14 @@ _OPENMP_OVERRIDES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 ZYGOTE_DEFAULTS = {"OPENBLAS_NUM_THREADS": "1"}
 
 
-def prepare_threads() -> None:
-    """Apply OPENMP_DEFAULTS unless torch is loaded already or the operator chose."""
+def prepare_threads(defaults: dict[str, str] = OPENMP_DEFAULTS) -> None:
+    """Apply ``defaults`` (OpenMP settings) unless torch is loaded already or the operator chose."""
     if "torch" in sys.modules:
         log.debug("torch already loaded: OpenMP settings left as they are")
         return
     if any(os.environ.get(name) for name in _OPENMP_OVERRIDES):
         return
-    os.environ.update(OPENMP_DEFAULTS)
+    os.environ.update(defaults)
 
 
 def native_thread_count() -> int:

@@ -22,7 +22,8 @@ from ..config import EngineConfig
 from ..cpu import default_num_threads, describe_line
 from ..errors import InsufficientMemory, ServingError
 from ..process import Channel, serve_calls
-from ..process.threads import lower_priority, prepare_threads
+from ..process.cpu_share import ThreadBudget
+from ..process.threads import WORKER_OPENMP_DEFAULTS, lower_priority, prepare_threads
 from ..protocol import StepBatch, WorkerFailure, WorkerReady
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ def run_worker(conn, config: EngineConfig) -> None:
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format=f"%(asctime)s worker[{os.getpid()}] %(levelname)s %(message)s")
     lower_priority(config.worker_nice)
-    prepare_threads()
+    prepare_threads(WORKER_OPENMP_DEFAULTS)
     import torch
 
     from .runner import ModelRunner
@@ -63,19 +64,25 @@ def run_worker(conn, config: EngineConfig) -> None:
         channel.send(0, _failure(exc, fatal=True))
         return
     channel.send(0, WorkerReady(runner.info))
-    serve(conn, runner)
+    budget = None
+    if config.threads_adapt and runner.device.type == "cpu":
+        budget = ThreadBudget(torch.get_num_threads(), apply=torch.set_num_threads)
+    serve(conn, runner, budget)
 
 
-def serve(conn, runner: "ModelRunner") -> None:
-    """The message loop; returns on Shutdown or when the parent goes away."""
-    serve_calls(Channel(conn, protocol), lambda message, _: (_handle(message, runner), b""))
+def serve(conn, runner: "ModelRunner", budget: ThreadBudget | None = None) -> None:
+    """The message loop; returns on Shutdown or when the parent goes away. ``budget``: the torch
+    threads of each step, fewer while other processes keep cores busy (None: as set at start)."""
+    serve_calls(Channel(conn, protocol), lambda message, _: (_handle(message, runner, budget), b""))
 
 
-def _handle(message, runner: "ModelRunner"):
+def _handle(message, runner: "ModelRunner", budget: ThreadBudget | None = None):
     """The reply to one message. Never raises."""
     if not isinstance(message, StepBatch):
         return WorkerFailure("invalid_request", f"the worker does not handle {type(message).__name__}")
     try:
+        if budget is not None:
+            budget.threads()
         return runner.step(message)
     except Exception as exc:  # noqa: BLE001 - a failed step is reported, not fatal
         log.exception("step %s failed", message.step_id)

@@ -83,6 +83,26 @@ def test_bad_messages_are_answered_and_the_loop_keeps_serving(link):
     assert isinstance(_call(conn, _first_step()), StepOutput)  # still serving
 
 
+def test_each_step_asks_the_thread_budget_first(tiny_llama_dir):
+    class CountingBudget:
+        calls = 0
+
+        def threads(self) -> int:
+            self.calls += 1
+            return 1
+
+    parent, child = multiprocessing.Pipe()
+    runner = ModelRunner.from_config(EngineConfig(model=str(tiny_llama_dir), max_num_seqs=2))
+    budget = CountingBudget()
+    thread = threading.Thread(target=serve, args=(child, runner, budget), daemon=True)
+    thread.start()
+    assert isinstance(_call(parent, _first_step()), StepOutput)
+    assert isinstance(_call(parent, HealthRequest()), WorkerFailure)  # not a step: no budget asked
+    assert budget.calls == 1
+    parent.close()
+    thread.join(5)
+
+
 def test_closed_connection_ends_the_loop(link):
     conn, thread = link
     conn.close()
@@ -123,3 +143,6 @@ def test_prepare_threads_respects_a_loaded_torch_and_the_operator(monkeypatch):
     monkeypatch.delenv("OMP_WAIT_POLICY")
     main.prepare_threads()
     assert main.os.environ["GOMP_SPINCOUNT"] == "50000"
+    monkeypatch.delenv("GOMP_SPINCOUNT")
+    main.prepare_threads(main.WORKER_OPENMP_DEFAULTS)  # the engine's one model worker spins longer
+    assert main.os.environ["GOMP_SPINCOUNT"] == "300000"
