@@ -84,7 +84,8 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
             causal: bool = False, gqa: bool = False, scale: float | None = None,
             softcap: float | None = None) -> torch.Tensor:
     """SDPA, or (``softcap``) transformers' eager attention with capped scores. q: [B, H, n, D], k/v: [B, KVH,
-    L, D] (``gqa``: H a multiple of KVH, else equal); ``mask`` [.., n, L] bool, True where a query may look."""
+    L, D] (``gqa``: H a multiple of KVH, else equal); ``mask`` [.., n, L] bool, True where a query may look, or
+    (without ``softcap``) additive in q's dtype."""
     if softcap is None:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale,
                                               enable_gqa=gqa)
@@ -113,7 +114,8 @@ def _decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, group
     keys = _gather(k_cache, group.gather, batch, group.kv_len)  # [B, KVH, L, D]
     values = _gather(v_cache, group.gather, batch, group.kv_len)
     folded = q.view(batch, kv_heads, heads // kv_heads, dim)  # a KV head's query heads as its "length"
-    out = _attend(folded, keys, values, group.mask, scale=scale, softcap=softcap)  # [B, KVH, group, D]
+    mask = group.mask if softcap is not None else group.bias(q.dtype)  # the capped path masks with bools
+    out = _attend(folded, keys, values, mask, scale=scale, softcap=softcap)  # [B, KVH, group, D]
     return out.reshape(batch, heads, dim)
 
 

@@ -37,7 +37,7 @@ and their entries in a block table are stale.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -57,6 +57,18 @@ class DecodeGroup:
     kv_len: int  # keys gathered per row: the group's longest context
     gather: torch.Tensor  # [B * kv_len] slots; the null slot past a row's own context
     mask: torch.Tensor | None  # [B, 1, 1, kv_len] bool; None when every row has kv_len keys
+    _biases: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def bias(self, dtype: torch.dtype) -> torch.Tensor | None:
+        """``mask`` in SDPA's additive form (0 where a row may look, -inf past its context), made once per step
+        for every layer. Same bits as the bool mask; on CPU SDPA runs a 16-row group over ~100 keys 1.5x faster
+        with it (0.18 vs 0.28 ms, 2 threads), as fast from ~400 keys on."""
+        if self.mask is None:
+            return None
+        if dtype not in self._biases:
+            self._biases[dtype] = torch.zeros(self.mask.shape, dtype=dtype, device=self.mask.device).masked_fill_(
+                ~self.mask, float("-inf"))
+        return self._biases[dtype]
 
 
 @dataclass(frozen=True)

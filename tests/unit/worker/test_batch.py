@@ -7,7 +7,7 @@ import torch
 
 from llm_byoc.protocol import ScheduledChunk
 from llm_byoc.worker import batch
-from llm_byoc.worker.batch import DECODE_SPLIT_MIN, build_step_inputs, order_chunks
+from llm_byoc.worker.batch import DECODE_SPLIT_MIN, DecodeGroup, build_step_inputs, order_chunks
 from llm_byoc.worker.kv_cache import NULL_SLOT
 
 CPU = torch.device("cpu")
@@ -223,3 +223,14 @@ def test_every_layer_windowed_no_index_reaches_below_the_window():
     short = build_step_inputs([ScheduledChunk("a", [1, 2], 0, True)], {"a": [3]}, BS, CPU, window=4,
                               all_windowed=True)
     assert short.windowed is None and [s.row for s in short.prefills] == [0]  # within the window: the plain ones
+
+
+def test_a_decode_group_s_additive_mask_is_its_bool_mask_made_once_per_dtype():
+    mask = torch.tensor([[True, True, False], [True, True, True]])[:, None, None, :]
+    group = DecodeGroup(0, 2, 3, torch.zeros(6, dtype=torch.long), mask)
+    bias = group.bias(torch.float32)
+    assert bias.shape == mask.shape and bias.dtype == torch.float32
+    assert torch.equal(bias == 0, mask) and bool(torch.isneginf(bias[~mask]).all())
+    assert group.bias(torch.float32) is bias  # every layer of the step reuses it
+    assert group.bias(torch.bfloat16).dtype == torch.bfloat16
+    assert DecodeGroup(0, 1, 3, torch.zeros(3, dtype=torch.long), None).bias(torch.float32) is None
