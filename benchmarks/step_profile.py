@@ -121,12 +121,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top-ops", type=int, default=15)
     parser.add_argument("--engine", action="store_true",
                         help="also run the engine with its worker process (engine_stage_profile.py)")
+    parser.add_argument("--quantization", default="", help="LLM_BYOC_QUANTIZATION's value (int8)")
     parser.add_argument("--out", default=None, help="write the JSON here (else print it)")
     args = parser.parse_args(argv)
     model = model_or_default(args.model)
-    config = EngineConfig(model=model, max_num_seqs=max(args.batch))
+    config = EngineConfig(model=model, max_num_seqs=max(args.batch), quantization=args.quantization)
     runner = ModelRunner.from_config(config)
     report = {"model": model, "dtype": runner.info.dtype, "linear_backend": runner.info.linear_backend,
+              "quantization": args.quantization,
               "cpu": cpu.describe(), "cpu_flags_note": "features as torch sees them",
               "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", ""), "load_average": os.getloadavg(),
               "runs": []}

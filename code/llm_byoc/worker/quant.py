@@ -72,8 +72,8 @@ class Int8Linear:
             q = torch.quantize_per_channel(w, scale.double(), zero, 0, torch.qint8)
             self.packed = torch.ops.quantized.linear_prepack(q, None)
         self.bias = None if bias is None else bias.detach().float().contiguous()
-        self.sentinel = torch.zeros(self.in_features)  # the extra row that pins the tensor's min and max
-        self.sentinel[0], self.sentinel[-1] = 1.0, -1.0
+        self.sentinel = torch.zeros(1, self.in_features)  # the extra row that pins the tensor's min and max
+        self.sentinel[0, 0], self.sentinel[0, -1] = 1.0, -1.0
         self.reduce_range = not has_int8_dot()
         self.nbytes = self.out_features * self.in_features + 4 * self.out_features  # int8 + one scale per channel
         if self.bias is not None:
@@ -86,10 +86,10 @@ class Int8Linear:
             return x.new_empty((0, self.out_features))
         dtype = x.dtype
         x = x.float()
-        row_scale = torch.linalg.vector_norm(x, float("inf"), dim=1, keepdim=True).clamp_min_(_TINY)  # [T, 1]
-        scaled = torch.empty((rows + 1, self.in_features), dtype=torch.float32)
-        torch.div(x, row_scale, out=scaled[:rows])
-        scaled[rows] = self.sentinel
-        y = torch.ops.quantized.linear_dynamic(scaled, self.packed, self.reduce_range)[:rows]  # [T, N]
+        row_scale = x.abs().amax(dim=1, keepdim=True).clamp_min_(_TINY)  # [T, 1]
+        # few small ops around the GEMM: a 1-row step makes 121 of these calls; this form (the same bits as an
+        # empty buffer filled in place) takes a 1-row step's 120 layer projections from 9.5 to 8.3-8.6 ms
+        y = torch.ops.quantized.linear_dynamic(torch.cat((x / row_scale, self.sentinel)), self.packed,
+                                               self.reduce_range)[:rows]  # [T, N]
         y = y.mul_(row_scale) if self.bias is None else torch.addcmul(self.bias, y, row_scale)
         return y if dtype == torch.float32 else y.to(dtype)
