@@ -57,8 +57,10 @@ def build_payload(spec: RequestSpec, api: str) -> dict:
         # no logprobs. ignore_eos is not OpenAI's own, but the servers this tool
         # measures take it (this one, vLLM, llama-server), so every answer is
         # max_tokens long as on the TGI schema.
+        # The closing usage chunk counts the tokens that decode to no text (a special token generated under
+        # ignore_eos): events with text alone would miss them (StreamState.add).
         return {"prompt": spec.prompt, "max_tokens": spec.output_len, "temperature": 0, "ignore_eos": True,
-                "stream": True}
+                "stream": True, "stream_options": {"include_usage": True}}
     raise ValueError(f"api must be one of {APIS}, not {api!r}")
 
 
@@ -155,15 +157,27 @@ def _drain(sock: socket.socket, response: http.client.HTTPResponse) -> None:
 
 
 class StreamState:
-    """Counts the tokens of a stream and notices its last event."""
+    """Counts the tokens of a stream and notices its last event.
+
+    A token event (a TGI token, an OpenAI chunk with text) counts one. An OpenAI stream's usage (its closing
+    chunk, or llama-server's last chunk) counts what the events missed: tokens that decoded to no text, such
+    as an end-of-text token generated under ignore_eos, which a server streams as an empty chunk or not at
+    all. Those arrive at the usage's time stamp."""
 
     def __init__(self) -> None:
         self.finished = False
+        self.tokens = 0
 
     def add(self, event: StreamEvent) -> int:
         if event.finish_reason is not None or event.raw.get("generated_text") is not None:
             self.finished = True
-        return 1 if (event.token_id is not None or event.text) else 0
+        count = 1 if (event.token_id is not None or event.text) else 0
+        usage = event.raw.get("usage")
+        reported = usage.get("completion_tokens") if isinstance(usage, dict) else None
+        if isinstance(reported, int) and reported > self.tokens + count:
+            count = reported - self.tokens
+        self.tokens += count
+        return count
 
 
 class SageMakerTarget:

@@ -5,6 +5,8 @@ TGI style:    {"index", "token": {"id", "text", "logprob", "special"},
 OpenAI style: {"object": "chat.completion.chunk" | "text_completion",
                "choices": [{"index", "delta": {"content"}, "finish_reason"}
                            | {"index", "text", "finish_reason"}]}
+              and, with ``stream_options.include_usage``, a last chunk {"choices": [], "usage": {...}}:
+              an event with no text, no finish reason and the usage in ``raw["usage"]``.
 An ``{"error", "type"}`` object (or an ``event: error``) in the stream is a
 failure after the response started, raised as ``StreamError``.
 """
@@ -68,6 +70,9 @@ def _tgi_event(obj: dict) -> StreamEvent:
 
 
 def _openai_events(obj: dict) -> Iterator[StreamEvent]:
+    if not obj.get("choices") and isinstance(obj.get("usage"), dict):
+        yield StreamEvent(text="", index=0, token_id=None, finish_reason=None, raw=obj)  # the closing usage chunk
+        return
     for choice in obj.get("choices") or []:
         delta: Any = choice.get("delta")
         text = (delta or {}).get("content") if delta is not None else choice.get("text")

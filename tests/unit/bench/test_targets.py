@@ -51,7 +51,8 @@ def test_payloads_ask_for_the_output_length():
     payload = build_payload(SPEC, "tgi")
     assert payload == {"inputs": "hello there", "parameters": {"max_new_tokens": 3, "ignore_eos": True}, "stream": True}
     completion = build_payload(SPEC, "openai")
-    assert completion == {"prompt": "hello there", "max_tokens": 3, "temperature": 0, "ignore_eos": True, "stream": True}
+    assert completion == {"prompt": "hello there", "max_tokens": 3, "temperature": 0, "ignore_eos": True, "stream": True,
+                          "stream_options": {"include_usage": True}}
     with pytest.raises(ValueError):
         build_payload(SPEC, "grpc")
 
@@ -98,6 +99,22 @@ def test_openai_role_and_finish_chunks_carry_no_token():
     ]
     assert list(sagemaker_target(FakeTransport(chunks), api="openai").stream(SPEC, 5)) == [1, 1]
 
+
+
+def test_tokens_that_decode_to_no_text_are_counted_from_the_closing_usage():
+    chunks = [  # our server's /v1/completions: the end-of-text token under ignore_eos streams as an empty chunk
+        b'data: {"choices": [{"index": 0, "text": "Hi", "finish_reason": null}], "usage": null}\n\n',
+        b'data: {"choices": [{"index": 0, "text": "", "finish_reason": null}], "usage": null}\n\n',
+        b'data: {"choices": [{"index": 0, "text": "!", "finish_reason": null}], "usage": null}\n\n',
+        b'data: {"choices": [{"index": 0, "text": "", "finish_reason": "length"}], "usage": null}\n\n',
+        b'data: {"choices": [], "usage": {"prompt_tokens": 2, "completion_tokens": 4, "total_tokens": 6}}\n\n',
+        b"data: [DONE]\n\n",
+    ]
+    assert list(sagemaker_target(FakeTransport(chunks), api="openai").stream(SPEC, 5)) == [1, 1, 2]
+    exact = chunks[:1] + chunks[2:4] + [chunks[4].replace(b'"completion_tokens": 4', b'"completion_tokens": 2'),
+                                          chunks[5]]
+    assert list(sagemaker_target(FakeTransport(exact), api="openai").stream(SPEC, 5)) == [1, 1]  # nothing missed
+    assert list(sagemaker_target(FakeTransport(chunks[:4] + chunks[5:]), api="openai").stream(SPEC, 5)) == [1, 1]
 
 
 def llama_server_chunk(text, finish=None):

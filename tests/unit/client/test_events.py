@@ -51,6 +51,13 @@ def test_openai_chat_chunks_skip_the_role_only_opening():
     assert [e.finish_reason for e in events(last)] == ["length"]
 
 
+def test_openai_closing_usage_chunk_is_an_empty_event_with_the_usage():
+    usage = {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}
+    (event,) = events({"object": "text_completion", "choices": [], "usage": usage})
+    assert (event.text, event.finish_reason, event.token_id) == ("", None, None) and event.raw["usage"] == usage
+    assert events({"object": "text_completion", "choices": [], "usage": None}) == []
+
+
 def test_openai_text_completion_with_several_choices():
     chunk = {
         "object": "text_completion",
