@@ -65,4 +65,4 @@ class LlamaServer:
         return {f"llama-server[{self.proc.pid}]": footprint(self.proc.pid).rss}
 
     def stop(self, timeout_s: float = 30.0) -> int:
-        return stop_process(self.proc, self._log, timeout_s)
+        return stop_process(self.proc, timeout_s, self._log)

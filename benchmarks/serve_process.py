@@ -45,8 +45,9 @@ def save_result(kind: str, args, **figures) -> Path:
     return out
 
 
-def stop_process(proc: subprocess.Popen, log, timeout_s: float) -> int:
-    """SIGTERM, then SIGKILL after ``timeout_s``; closes the process's log file; its exit status."""
+def stop_process(proc: subprocess.Popen, timeout_s: float, log=None) -> int:
+    """SIGTERM, then SIGKILL after ``timeout_s``; closes the process's ``log`` file if given; its exit status.
+    The benchmarks' servers and the integration tests' stop their processes with this."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -54,7 +55,8 @@ def stop_process(proc: subprocess.Popen, log, timeout_s: float) -> int:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    log.close()
+    if log is not None:
+        log.close()
     return proc.returncode
 
 
@@ -107,7 +109,7 @@ class ServeProcess:
         return out
 
     def stop(self, timeout_s: float = 90.0) -> int:
-        return stop_process(self.proc, self._log, timeout_s)
+        return stop_process(self.proc, timeout_s, self._log)
 
 
 def _role(cmd: str) -> str:

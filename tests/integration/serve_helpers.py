@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -13,6 +12,8 @@ import time
 from pathlib import Path
 
 import requests
+
+from benchmarks.serve_process import stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 SERVE = REPO / "container" / "serve"
@@ -115,17 +116,6 @@ class Server:
     def stop(self) -> None:
         stop_process(self.proc, 60)
         self._log.close()
-
-
-def stop_process(proc: subprocess.Popen, grace_s: float) -> None:
-    """SIGTERM, then SIGKILL after ``grace_s``."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def fake_serve(model_dir: Path, log_path: Path, step_delay_s: float = 0.0, **env: str) -> Server:
