@@ -60,7 +60,9 @@ OutputCallback = Callable[[EngineOutputs], None]
 class SchedulerFigures:
     """The latest of vLLM's scheduler figures, as its stat loggers receive them after each step
     (``stats_logger_class``): queue lengths and the KV cache's block use, and the prefix-cache
-    and preemption counts added up since start. What ``/ping`` and ``/metrics`` report with vLLM."""
+    and preemption counts added up since start. What ``/ping`` and ``/metrics`` report with vLLM.
+    vLLM's engine process can send a step's figures after that step's tokens, so right after a
+    response they may trail it by one step (measured: a request's prefix hits, a moment later)."""
 
     def __init__(self):
         self._lock = threading.Lock()
