@@ -12,8 +12,9 @@ context of 256 tokens per slot, its defaults otherwise) on /v1/completions; our 
 each token's logprob); each ``--ours-env`` variant of our serve; vLLM behind our serve
 (``--vllm-python``). Every request: a ~30-word prompt, 64 new tokens, ignore_eos, greedy, no
 logprobs asked for (``python -m llm_byoc.bench``). Columns: 1 client (4 requests after 1
-warm-up), 16 clients (32 requests after 2), with ``--c64`` 64 clients (64 requests;
-llama-server restarted with ``-np 64``), start-up to ready and resident memory at rest.
+warm-up), 16 clients (32 requests after 2), with ``--c64`` 64 clients (64 requests after 2;
+llama-server restarted with ``-np 64``), start-up to ready and resident memory at rest. The
+warm-up requests run before the measured ones, not among them (``load_commands``).
 ``--llama-quants``/``--routes`` leave rows out (a quicker A/B); ``--busy-neighbour`` runs a
 busy loop on one core beside every server (a machine another process keeps busy).
 
@@ -106,17 +107,32 @@ def subjects(args: argparse.Namespace) -> list[Subject]:
     return rows
 
 
-def load(url: str, route: Route, phase: str, short: bool = False) -> dict:
-    """One ``python -m llm_byoc.bench`` run; the figures the table shows."""
+def load_commands(url: str, route: Route, phase: str, short: bool, out: Path) -> list[list[str]]:
+    """The load generator's command lines for one phase: the warm-up requests in a run of their own (other
+    prompts: ``seed`` + 1000, so they leave nothing the measured prompts could hit in a prefix cache), then
+    the measured requests, every client busy from the first. Warm-up requests in the measured run itself
+    would add a tail: with 16 clients, 2 + 32 requests end with 2 requests decoding alone for a whole
+    answer, which is a 2-client figure inside the 16-client one."""
     clients, requests, warmup, seed = (SHORT_PHASES if short else PHASES)[phase]
+
+    def command(concurrency: int, count: int, run_seed: int, prefix: Path) -> list[str]:
+        return [sys.executable, "-m", "llm_byoc.bench", "--url", url, "--api", route.api, "--path", route.path,
+                "--concurrency", str(concurrency), "--num-requests", str(count), "--warmup-requests", "0",
+                "--seed", str(run_seed), *LOAD_ARGS, "--out", str(prefix)]
+
+    warm = [command(min(clients, warmup), warmup, seed + 1000, out.with_name(out.name + "-warmup"))] if warmup else []
+    return warm + [command(clients, requests, seed, out)]
+
+
+def load(url: str, route: Route, phase: str, short: bool = False) -> dict:
+    """One phase (``load_commands``); the figures the table shows, from the measured run."""
     with tempfile.TemporaryDirectory() as folder:
         prefix = Path(folder) / phase
-        done = subprocess.run([sys.executable, "-m", "llm_byoc.bench", "--url", url, "--api", route.api,
-                               "--path", route.path, "--concurrency", str(clients), "--num-requests", str(requests),
-                               "--warmup-requests", str(warmup), "--seed", str(seed), *LOAD_ARGS, "--out", str(prefix)],
-                              capture_output=True, text=True, timeout=1800)
-        if done.returncode != 0:
-            raise RuntimeError(f"the load generator failed on {url}{route.path}: {(done.stdout + done.stderr)[-1500:]}")
+        for command in load_commands(url, route, phase, short, prefix):
+            done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
+            if done.returncode != 0:
+                raise RuntimeError(f"the load generator failed on {url}{route.path}: "
+                                   f"{(done.stdout + done.stderr)[-1500:]}")
         run = json.loads(prefix.with_suffix(".json").read_text())["runs"][0]
     summary = run["summary"]
     measured = [r for r in run["requests"] if not r["warmup"] and r["error"] is None]

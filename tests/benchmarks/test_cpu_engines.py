@@ -58,3 +58,22 @@ def test_ratios_pair_each_round_with_the_base_rows_same_round():
     relative = ratios(rows, "base")
     assert relative["base"] == {"c1": 1.0}
     assert relative["other"] == {"c1": 1.0}  # median of 0.5, 1.5, 1.0
+
+
+def test_a_phase_warms_up_in_a_run_of_its_own_then_measures_whole_waves(tmp_path):
+    from benchmarks.cpu_engines import OPENAI, PHASES, load_commands
+
+    def flags(command):
+        args = command[command.index("llm_byoc.bench") + 1:]
+        return {k: v for k, v in zip(args, args[1:]) if k.startswith("--")}
+
+    clients, requests, warmup, seed = PHASES["c16"]
+    warm, measured = (flags(c) for c in load_commands("http://h:1", OPENAI, "c16", False, tmp_path / "c16"))
+    # the measured run is whole waves of every client, with no warm-up requests among them (no tail)
+    assert measured["--concurrency"] == str(clients) and measured["--num-requests"] == str(requests)
+    assert requests % clients == 0 and measured["--warmup-requests"] == "0" and measured["--seed"] == str(seed)
+    assert measured["--out"] == str(tmp_path / "c16")
+    # the warm-up: its own prompts (nothing for the prefix cache to hand the measured ones)
+    assert warm["--num-requests"] == str(warmup) and warm["--seed"] != str(seed)
+    assert warm["--out"] != measured["--out"]
+    assert len(load_commands("http://h:1", OPENAI, "c16", True, tmp_path / "s")) == 1  # --short: no warm-up
