@@ -62,7 +62,7 @@ class SchedulerFigures:
     (``stats_logger_class``): queue lengths and the KV cache's block use, and the prefix-cache
     and preemption counts added up since start. What ``/ping`` and ``/metrics`` report with vLLM.
     vLLM's engine process can send a step's figures after that step's tokens, so right after a
-    response they may trail it by one step (measured: a request's prefix hits, a moment later)."""
+    response they may trail it by one step (3 of 12 back-to-back responses here)."""
 
     def __init__(self):
         self._lock = threading.Lock()
