@@ -70,7 +70,6 @@ class ThreadBudget:
         self._read_busy = read_busy or (lambda: read_busy_seconds(self.cpus))
         self._own, self._clock, self._apply = own_seconds, clock, apply
         self.current = self.configured
-        self.changes = 0
         self._mark = self._sample()
 
     def _sample(self) -> tuple[float, float | None, float]:
@@ -96,7 +95,6 @@ class ThreadBudget:
         free = len(self.cpus) - others
         wanted = min(self.configured, max(1, round(free)))
         if wanted != self.current and abs(free - self.current) > 0.5 + HYSTERESIS:
-            self.changes += 1
             log.debug("others keep %.2f of %d cores busy: %d torch threads (was %d)",
                       others, len(self.cpus), wanted, self.current)
             self.current = wanted

@@ -66,7 +66,7 @@ def test_a_busy_neighbour_takes_a_thread_and_gives_it_back():
     assert budget.threads() == 1 and machine.applied == [1]
     machine.run(1.0, ours=1.0, others=0.05)  # it left
     assert budget.threads() == 2 and machine.applied == [1, 2]
-    assert budget.changes == 2
+    assert len(machine.applied) == 2  # each change applied once
 
 
 def test_noise_near_half_a_core_does_not_flap():
