@@ -9,8 +9,11 @@ directly (one sequence, prompt in one chunk, then one token per step):
   of prompts whose greedy answers (up to ``--new-tokens`` tokens or the end of
   sequence token) are identical, and the mean length of the common prefix
   (tokens until the first difference);
-- perplexity of a fixed English text (TEXT, ~500 tokens, from the prompt's
-  log-probabilities under the raw model), float32 and int8, and their ratio.
+- perplexity of two fixed English texts (``TEXTS``: plain prose, ~400 tokens, and
+  technical prose, ~450 tokens; from the prompt's log-probabilities under the raw
+  model), float32 and int8, and their ratio per text. The two disagree by an order
+  of magnitude for int8 (8-bit activations cost little on one, several percent on
+  the other): one short text does not tell an int8 model's quality.
 
 Also the load time and resident memory each runner added (RSS after load minus
 before, weights plus the KV pool; the pool is the same size in both).
@@ -32,6 +35,7 @@ from llm_byoc import cpu
 from llm_byoc.bench.report import write_json
 from llm_byoc.config import EngineConfig
 from llm_byoc.models.default_model import ensure_default_model
+from llm_byoc.models.loader import local_folder
 from llm_byoc.protocol import NewSequence, SamplingParams, ScheduledChunk, StepBatch
 from llm_byoc.worker.runner import ModelRunner
 
@@ -74,6 +78,28 @@ TEXT = (
     "the rider are sold in large numbers. Cities build cycle lanes to reduce traffic and pollution, and many "
     "people ride for their health, for pleasure or to get to work."
 )
+
+TECHNICAL_TEXT = (
+    "A hash table stores values under keys so that a lookup takes about the same time however many entries the "
+    "table holds. It keeps an array of buckets and a hash function that turns a key into an integer; the integer, "
+    "taken modulo the number of buckets, selects the bucket where the entry lives. Two keys can land in the same "
+    "bucket, which is called a collision. Separate chaining resolves collisions by keeping a short linked list in "
+    "each bucket, while open addressing probes other slots of the array, for example the next one, until it finds "
+    "a free slot or the key. The load factor, the number of entries divided by the number of buckets, governs how "
+    "often collisions occur: when it grows past a threshold such as 0.75, the table allocates an array twice as "
+    "large and inserts every entry again, so that an insertion still costs constant time on average, although a "
+    "single insertion that triggers the resize is slow. A good hash function spreads similar keys across the whole "
+    "array; a poor one sends many keys to a few buckets and turns every lookup into a linear search. Because an "
+    "attacker who knows the function can choose keys that collide, servers that hash untrusted input, such as the "
+    "field names of an HTTP request, use a function with a secret random seed chosen when the process starts. "
+    "Iterating over a hash table visits the buckets in array order, which has nothing to do with the order in "
+    "which the keys were inserted; languages such as Python therefore keep a separate compact array of entries, "
+    "in insertion order, and store only small integer indices into it in the hash table itself, which also makes "
+    "the table smaller and faster to copy. Deleting an entry under open addressing cannot simply empty its slot, "
+    "since a later probe for another key might stop there too early; the slot is marked with a tombstone instead, "
+    "and tombstones are cleared the next time the table is rebuilt."
+)
+TEXTS = {"prose": TEXT, "technical": TECHNICAL_TEXT}
 
 
 def _rss_bytes() -> int:
@@ -129,14 +155,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default=None)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--int8-model", default=None,
+                        help="the int8 side's model, if not --model's (a GGUF Q8_0 file of the same model: its "
+                             "blocks requantized per channel, against the float32 checkpoint)")
     parser.add_argument("--json", default=None, help="write the report here too")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     model = args.model or str(ensure_default_model())
-    runs = {name: load(model, quantization) for name, quantization in (("float32", ""), ("int8", "int8"))}
+    int8_model = args.int8_model or model
+    runs = {name: load(source, quantization)
+            for name, source, quantization in (("float32", model, ""), ("int8", int8_model, "int8"))}
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(model)
+    tokenizer = AutoTokenizer.from_pretrained(local_folder(model))
     chats = [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
              for p in PROMPTS]
     prompts = [tokenizer(chat, add_special_tokens=False)["input_ids"] for chat in chats]
@@ -144,19 +175,21 @@ def main(argv: list[str] | None = None) -> int:
     common = [next((i for i, (a, b) in enumerate(zip(f, q)) if a != b), min(len(f), len(q)))
               for f, q in zip(outputs["float32"], outputs["int8"])]
     identical = sum(f == q for f, q in zip(outputs["float32"], outputs["int8"]))
-    text = tokenizer(TEXT)["input_ids"]
-    ppl = {name: math.exp(-sum(driven.prompt_logprobs(text)) / (len(text) - 1)) for name, (driven, _) in runs.items()}
+    texts = {label: tokenizer(text)["input_ids"] for label, text in TEXTS.items()}
+    ppl = {label: {name: math.exp(-sum(driven.prompt_logprobs(ids)) / (len(ids) - 1))
+                   for name, (driven, _) in runs.items()} for label, ids in texts.items()}
     report = {
-        "model": model, "cpu": cpu.describe(), "threads": torch.get_num_threads(),
+        "model": model, "int8_model": int8_model, "cpu": cpu.describe(), "threads": torch.get_num_threads(),
         "prompts": len(prompts), "new_tokens": args.new_tokens,
         "greedy_identical": identical,
         "greedy_identical_share": round(identical / len(common), 3),
         "answer_tokens_float32": [len(out) for out in outputs["float32"]],
         "mean_common_prefix_tokens": round(sum(common) / len(common), 2),
         "common_prefix_per_prompt": common,
-        "perplexity_text_tokens": len(text),
-        "perplexity": {name: round(value, 4) for name, value in ppl.items()},
-        "perplexity_ratio_int8_over_float32": round(ppl["int8"] / ppl["float32"], 4),
+        "perplexity_text_tokens": {label: len(ids) for label, ids in texts.items()},
+        "perplexity": {label: {name: round(value, 4) for name, value in by_run.items()} for label, by_run in ppl.items()},
+        "perplexity_ratio_int8_over_float32": {label: round(by_run["int8"] / by_run["float32"], 4)
+                                               for label, by_run in ppl.items()},
         "load": {name: info for name, (_, info) in runs.items()},
         "example": {"prompt": PROMPTS[0], **{name: tokenizer.decode(out[0]) for name, out in outputs.items()}},
     }

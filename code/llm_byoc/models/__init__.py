@@ -4,6 +4,7 @@
 hub id); ``loader`` loads safetensors-only causal LMs; ``fast_tokenizer`` loads
 tokenizers without torch (``tokenizer_files``, ``tokenizer_build`` and
 ``chat_template`` reproduce transformers' reading, building and chat rendering),
-falling back to transformers; ``gguf_cache`` converts a GGUF file once into a
-cached safetensors folder.
+falling back to transformers; ``gguf_cache`` makes a GGUF file loadable once: an
+entry whose tensors ``gguf_tensors`` reads from the GGUF in place (Llama family),
+else a cached safetensors folder.
 """

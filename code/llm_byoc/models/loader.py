@@ -18,6 +18,7 @@ import torch
 
 from ..errors import ModelLoadError
 from .device import resolve_device
+from .gguf_cache import transformers_folder
 from .fast_tokenizer import load_tokenizer  # noqa: F401 - re-exported: the tokenizer without torch lives there
 from .source import ModelSource, materialize, resolve_model_source
 
@@ -103,7 +104,7 @@ def load_causal_lm(
     """An eval-mode ``PreTrainedModel`` on ``device`` in ``dtype``, from safetensors."""
     from transformers import AutoModelForCausalLM
 
-    folder = local_folder(source)
+    folder = transformers_folder(local_folder(source))  # a GGUF entry: its safetensors conversion
     read_model_config(folder)
     check_readable(folder)
     check_safetensors_weights(folder)

@@ -24,7 +24,8 @@ import torch
 from ..errors import ModelLoadError
 from .safetensors_header import INDEX_FILE, SINGLE_FILE, TensorEntry, checkpoint_files, read_header
 
-__all__ = ["INDEX_FILE", "SINGLE_FILE", "SafetensorsReader", "TensorEntry", "checkpoint_files", "read_header"]
+__all__ = ["INDEX_FILE", "SINGLE_FILE", "SafetensorsReader", "TensorEntry", "checkpoint_files", "pread_exact",
+           "read_header"]
 
 STAGING_BYTES = 8 << 20  # the most a dtype conversion or a device copy holds at once
 _DTYPES = {
@@ -77,14 +78,14 @@ class SafetensorsReader:
         fd = self._fd(entry.path)
         flat = out.view(-1)
         if out.device.type == "cpu" and out.dtype == source_dtype:
-            _pread_exact(fd, flat.view(torch.uint8).numpy(), entry.offset, entry.path)  # straight into its final place
+            pread_exact(fd, flat.view(torch.uint8).numpy(), entry.offset, entry.path)  # straight into its final place
             return
         staging = self._staging_for(out.device)
         per_piece = STAGING_BYTES // source_dtype.itemsize
         for first in range(0, flat.numel(), per_piece):
             count = min(per_piece, flat.numel() - first)
             piece = staging[: count * source_dtype.itemsize]
-            _pread_exact(fd, piece.numpy(), entry.offset + first * source_dtype.itemsize, entry.path)
+            pread_exact(fd, piece.numpy(), entry.offset + first * source_dtype.itemsize, entry.path)
             flat[first : first + count].copy_(piece.view(source_dtype))  # synchronous: the buffer is free again
 
     def _fd(self, path: Path) -> int:
@@ -101,7 +102,7 @@ class SafetensorsReader:
         return self._staging
 
 
-def _pread_exact(fd: int, buffer, offset: int, path: Path) -> None:
+def pread_exact(fd: int, buffer, offset: int, path: Path) -> None:
     """Read ``len(buffer)`` bytes at ``offset`` into ``buffer`` (a writable uint8 array)."""
     view = memoryview(buffer).cast("B")
     while view.nbytes:

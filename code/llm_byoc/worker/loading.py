@@ -23,6 +23,7 @@ import torch
 from ..config import DEFAULT_MAX_MODEL_LEN, ENV_LINEAR_BACKEND, ENV_QUANTIZATION, EngineConfig
 from ..errors import ModelLoadError
 from ..models.device import resolve_device
+from ..models.gguf_tensors import is_gguf_entry
 from ..models.loader import (
     check_readable,
     check_safetensors_weights,
@@ -125,7 +126,8 @@ def load_model(config: EngineConfig) -> LoadedModel:
     if native_reason is None:
         try:
             check_readable(folder)
-            check_safetensors_weights(folder)
+            if not is_gguf_entry(folder):  # an entry's weights are its GGUF's, read in place
+                check_safetensors_weights(folder)
             decoder, param_bytes = load_decoder(folder, model_config, device, dtype, make_linear,
                                                 linear_copies_weights=backend != "aten")
             eos = eos_token_ids(read_generation_eos(folder), raw.get("eos_token_id"),

@@ -1,7 +1,8 @@
 """A checkpoint's tensors as a decoder keeps them, each read once into its final place.
 
 ``tensor`` and ``fused`` allocate the destination once, in the model's dtype on its
-device, and have the safetensors reader fill it: a fused q/k/v (or gate/up)
+device, and have the checkpoint's reader fill it (its safetensors files, or the GGUF a
+GGUF cache entry names: models/gguf_tensors.py): a fused q/k/v (or gate/up)
 projection is one allocation whose row slices q, k and v are read into, so no
 second copy of the weights ever exists. The decoders build their layers in order
 and hand each projection to ``make_linear`` as soon as it is read. When the linear
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from ...models.gguf_tensors import GGUFTensorReader, is_gguf_entry
 from ...models.safetensors_reader import SafetensorsReader, checkpoint_files
 from ..linear import Linear, MakeLinear
 from .config import NeedsTransformers
@@ -24,7 +26,7 @@ from .config import NeedsTransformers
 class CheckpointWeights:
     """Named checkpoint tensors in ``dtype`` on ``device``; ``nbytes``: what has been allocated so far."""
 
-    def __init__(self, reader: SafetensorsReader, dtype: torch.dtype, device: torch.device,
+    def __init__(self, reader: SafetensorsReader | GGUFTensorReader, dtype: torch.dtype, device: torch.device,
                  reuse_projection_buffer: bool = False):
         self.reader, self.dtype, self.device = reader, dtype, device
         self.reuse_projection_buffer = reuse_projection_buffer
@@ -34,6 +36,9 @@ class CheckpointWeights:
     @classmethod
     def open(cls, folder: Path, dtype: torch.dtype, device: torch.device,
              reuse_projection_buffer: bool = False) -> "CheckpointWeights":
+        """The folder's safetensors files, or for a GGUF cache entry the GGUF its manifest names."""
+        if is_gguf_entry(folder):
+            return cls(GGUFTensorReader(folder), dtype, device, reuse_projection_buffer)
         files = checkpoint_files(folder)
         if files is None:
             raise NeedsTransformers(f"{folder} has neither model.safetensors nor model.safetensors.index.json")
