@@ -22,6 +22,7 @@ before, weights plus the KV pool; the pool is the same size in both).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -102,6 +103,15 @@ TECHNICAL_TEXT = (
 TEXTS = {"prose": TEXT, "technical": TECHNICAL_TEXT}
 
 
+PIECE = 512  # tokens per piece of a --text-file
+
+
+def _perplexity(driven: "Driven", pieces: list[list[int]]) -> float:
+    """exp of the mean negative log-likelihood of every token after each piece's first."""
+    logprobs = [lp for piece in pieces for lp in driven.prompt_logprobs(piece)]
+    return math.exp(-sum(logprobs) / len(logprobs))
+
+
 def _rss_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -158,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--int8-model", default=None,
                         help="the int8 side's model, if not --model's (a GGUF Q8_0 file of the same model: its "
                              "blocks requantized per channel, against the float32 checkpoint)")
+    parser.add_argument("--text-file", action="append", default=[],
+                        help="a further text whose perplexity to report (read in 512-token pieces; may repeat)")
     parser.add_argument("--json", default=None, help="write the report here too")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -175,9 +187,12 @@ def main(argv: list[str] | None = None) -> int:
     common = [next((i for i, (a, b) in enumerate(zip(f, q)) if a != b), min(len(f), len(q)))
               for f, q in zip(outputs["float32"], outputs["int8"])]
     identical = sum(f == q for f, q in zip(outputs["float32"], outputs["int8"]))
-    texts = {label: tokenizer(text)["input_ids"] for label, text in TEXTS.items()}
-    ppl = {label: {name: math.exp(-sum(driven.prompt_logprobs(ids)) / (len(ids) - 1))
-                   for name, (driven, _) in runs.items()} for label, ids in texts.items()}
+    texts = {label: [tokenizer(text)["input_ids"]] for label, text in TEXTS.items()}
+    for path in args.text_file:
+        ids = tokenizer(Path(path).read_text())["input_ids"]
+        texts[Path(path).name] = [ids[i : i + PIECE] for i in range(0, len(ids) - PIECE + 1, PIECE)]
+    ppl = {label: {name: _perplexity(driven, pieces) for name, (driven, _) in runs.items()}
+           for label, pieces in texts.items()}
     report = {
         "model": model, "int8_model": int8_model, "cpu": cpu.describe(), "threads": torch.get_num_threads(),
         "prompts": len(prompts), "new_tokens": args.new_tokens,
@@ -186,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         "answer_tokens_float32": [len(out) for out in outputs["float32"]],
         "mean_common_prefix_tokens": round(sum(common) / len(common), 2),
         "common_prefix_per_prompt": common,
-        "perplexity_text_tokens": {label: len(ids) for label, ids in texts.items()},
+        "perplexity_text_tokens": {label: sum(map(len, pieces)) for label, pieces in texts.items()},
+        "text_files_sha256": {Path(p).name: hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in args.text_file},
         "perplexity": {label: {name: round(value, 4) for name, value in by_run.items()} for label, by_run in ppl.items()},
         "perplexity_ratio_int8_over_float32": {label: round(by_run["int8"] / by_run["float32"], 4)
                                                for label, by_run in ppl.items()},

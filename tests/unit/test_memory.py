@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
 from llm_byoc import memory
 
 
@@ -37,3 +45,26 @@ def test_available_memory_is_below_both_the_limit_and_memavailable(tmp_path):
     assert memory.available_memory(tmp_path, meminfo) == 1024**3
     (tmp_path / "memory.max").write_text("max")
     assert memory.available_memory(tmp_path, meminfo) == 4 * 1024**3
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
+def test_release_free_heap_gives_freed_heap_memory_back():
+    """64 MiB of heap chunks freed between live ones: freeing keeps them resident, trimming does not."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
+
+    def resident_mib() -> int:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") >> 20
+
+    chunks, pins = [], []
+    for _ in range(1024):
+        chunks.append(libc.malloc(65536))
+        ctypes.memset(chunks[-1], 1, 65536)
+        pins.append(libc.malloc(65536))  # keeps the freed chunks from being the heap's top
+    for chunk in chunks:
+        libc.free(chunk)
+    freed = resident_mib()
+    assert memory.release_free_heap()
+    assert resident_mib() < freed - 32
+    for pin in pins:
+        libc.free(pin)

@@ -22,6 +22,7 @@ import torch
 
 from ..config import DEFAULT_MAX_MODEL_LEN, ENV_LINEAR_BACKEND, ENV_QUANTIZATION, EngineConfig
 from ..errors import ModelLoadError
+from ..memory import release_free_heap
 from ..models.device import resolve_device
 from ..models.gguf_tensors import is_gguf_entry
 from ..models.loader import (
@@ -129,7 +130,7 @@ def load_model(config: EngineConfig) -> LoadedModel:
             if not is_gguf_entry(folder):  # an entry's weights are its GGUF's, read in place
                 check_safetensors_weights(folder)
             decoder, param_bytes = load_decoder(folder, model_config, device, dtype, make_linear,
-                                                linear_copies_weights=backend != "aten")
+                                                linear_copies_weights=backend != "aten", rotate=backend == "int8")
             eos = eos_token_ids(read_generation_eos(folder), raw.get("eos_token_id"),
                                 getattr(tokenizer, "eos_token_id", None))
         except NeedsTransformers as exc:
@@ -139,12 +140,16 @@ def load_model(config: EngineConfig) -> LoadedModel:
         decoder, param_bytes, model_config, eos = _load_through_transformers(folder, config, max_len, make_linear,
                                                                              backend, tokenizer)
     if isinstance(make_linear, Int8Projections):
-        log.info("int8 projections: %d, %.1f MiB of int8 weights and scales (%.1f MiB in float32)",
-                 make_linear.count, make_linear.nbytes / 2**20, make_linear.float32_bytes / 2**20)
+        rotated = getattr(decoder, "rotation", None) is not None
+        log.info("int8 projections: %d, %.1f MiB of int8 weights and scales (%.1f MiB in float32); %s",
+                 make_linear.count, make_linear.nbytes / 2**20, make_linear.float32_bytes / 2**20,
+                 "residual stream rotated for 8-bit activations (worker/rotation.py)" if rotated
+                 else "no rotation (not a native Llama-family decoder without routed experts)")
     info = _model_info(model_config, folder, max_len, eos, device, dtype, max_num_seqs, started, param_bytes,
                        linear_backend=backend, rope_by_length=_rope_by_length(model_config))
     log.info("loaded %s (%s, %s on %s, %s linear kernels, native decoder%s) in %.1f s", folder, info.model_type,
              info.dtype, device, backend, "" if native_reason is None else ", through transformers", info.load_time_s)
+    release_free_heap()  # the copies the load made and freed
     return LoadedModel(decoder, info, device, dtype)
 
 

@@ -26,6 +26,7 @@ Rows are grouped by slot into one batched matmul pair per point
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,8 +57,16 @@ class AdapterWeights:
         return sum(t.numel() * t.element_size() for layer in self.a + self.b for t in layer.values())
 
 
-def load_adapter(spec: AdapterSpec, base: BaseShapes, dtype: torch.dtype) -> AdapterWeights:
-    """Read and check an adapter's weights (safetensors only) into ``dtype``."""
+# (layer, point, A [in, r], B [r, out]) -> the pair for the decoder's weights as loaded (a rotated int8 decoder's
+# inputs and outputs differ from the checkpoint's: LlamaDecoder.adapter_weights)
+AdapterTransform = Callable[[int, str, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+_POINT_OF = {module: point for point, modules in POINTS.items() for module in modules}
+
+
+def load_adapter(spec: AdapterSpec, base: BaseShapes, dtype: torch.dtype,
+                 transform: AdapterTransform | None = None) -> AdapterWeights:
+    """Read and check an adapter's weights (safetensors only) into ``dtype``; ``transform``: as the decoder needs
+    them."""
     from safetensors.torch import load_file
 
     started = time.perf_counter()
@@ -79,14 +88,18 @@ def load_adapter(spec: AdapterSpec, base: BaseShapes, dtype: torch.dtype) -> Ada
     for layer in range(base.num_layers):
         if set(a[layer]) != set(b[layer]):
             raise ValueError(f"adapter {spec.name!r}: layer {layer} has A and B for different modules")
+        if transform is not None:
+            for module in a[layer]:
+                a[layer][module], b[layer][module] = transform(layer, _POINT_OF[module], a[layer][module],
+                                                               b[layer][module])
     return AdapterWeights(spec, a, b, time.perf_counter() - started)
 
 
 class AdapterStore:
     """Adapters loaded in the worker's memory, by uid (the engine decides what stays)."""
 
-    def __init__(self, base: BaseShapes, dtype: torch.dtype):
-        self.base, self.dtype = base, dtype
+    def __init__(self, base: BaseShapes, dtype: torch.dtype, transform: AdapterTransform | None = None):
+        self.base, self.dtype, self.transform = base, dtype, transform
         self._loaded: dict[str, AdapterWeights] = {}
 
     def __contains__(self, uid: str) -> bool:
@@ -97,7 +110,7 @@ class AdapterStore:
 
     def load(self, spec: AdapterSpec) -> AdapterWeights:
         if spec.uid not in self._loaded:
-            self._loaded[spec.uid] = load_adapter(spec, self.base, self.dtype)
+            self._loaded[spec.uid] = load_adapter(spec, self.base, self.dtype, self.transform)
         return self._loaded[spec.uid]
 
     def drop(self, uid: str) -> None:

@@ -74,7 +74,7 @@ class ModelRunner:
             self.committer.start()
         base = BaseShapes(loaded.info.model_type, self.decoder.num_layers, self.decoder.lora_modules(),
                           loaded.info.decoder)
-        self.adapters = AdapterStore(base, loaded.dtype)
+        self.adapters = AdapterStore(base, loaded.dtype, getattr(self.decoder, "adapter_weights", None))
         self.lora_slots = LoRASlots(base, max_loras, loaded.dtype, loaded.device)
         self.info = replace(
             loaded.info, kv_block_size=size.block_size, num_kv_blocks=size.num_blocks,

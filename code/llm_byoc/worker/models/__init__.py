@@ -121,13 +121,16 @@ def native_unsupported(config: DecoderConfig, raw: dict, trust_remote_code: bool
 
 
 def load_decoder(folder: Path, config: DecoderConfig, device: torch.device, dtype: torch.dtype,
-                 make_linear: MakeLinear | None = None, linear_copies_weights: bool = False):
+                 make_linear: MakeLinear | None = None, linear_copies_weights: bool = False, rotate: bool = False):
     """(decoder, bytes of its weights) from ``folder``'s safetensors files; NeedsTransformers if it cannot.
 
-    ``linear_copies_weights``: ``make_linear`` keeps a copy of each weight (oneDNN's layout), never the tensor."""
+    ``linear_copies_weights``: ``make_linear`` keeps a copy of each weight (oneDNN's layout), never the tensor;
+    ``rotate``: a decoder that can (the Llama family) folds worker/rotation.py's Rotation into its weights."""
     weights = CheckpointWeights.open(folder, dtype, device, reuse_projection_buffer=linear_copies_weights)
+    decoder_class = DECODERS[config.model_type]
     try:
-        decoder = DECODERS[config.model_type].from_checkpoint(config, weights, make_linear)
+        extra = {"rotate": True} if rotate and decoder_class is LlamaDecoder else {}
+        decoder = decoder_class.from_checkpoint(config, weights, make_linear, **extra)
     finally:
         weights.close()
     return decoder, weights.nbytes

@@ -24,6 +24,7 @@ from ..batch import StepInputs
 from ..kv_cache import PagedKVCache
 from ..linear import Linear, MakeLinear, linear_factory
 from ..lora import LoRAStep
+from ..rotation import Rotation
 from .activations import activation
 from .config import FUSED_CHECKPOINT, LlamaDecoderConfig, layer_windows
 from .moe import RoutedExperts
@@ -101,6 +102,7 @@ class LlamaLayer:
     down: Linear | None  # I -> hidden
     qk_norm: torch.Tensor | None = None  # [H + KVH, D]: qwen3's per-head norm weights of q, then of k
     experts: RoutedExperts | None = None  # mixtral
+    folded_norms: tuple[torch.Tensor, torch.Tensor] | None = None  # with a Rotation: the norm scales in q/k/v, gate/up
 
     @classmethod
     def from_hf(cls, layer, make_linear: MakeLinear) -> "LlamaLayer":
@@ -142,9 +144,11 @@ class LlamaLayer:
 
     @classmethod
     def from_checkpoint(cls, weights: CheckpointWeights, prefix: str, config: LlamaDecoderConfig,
-                        make_linear: MakeLinear, routed: bool = False) -> "LlamaLayer":
+                        make_linear: MakeLinear, routed: bool = False,
+                        rotation: Rotation | None = None) -> "LlamaLayer":
         """Layer ``prefix`` ('model.layers.3.'): each projection read into its fused place, then handed over;
-        ``routed``: routed experts in place of its MLP."""
+        ``routed``: routed experts in place of its MLP; ``rotation``: folded into the projections as they are
+        read (worker/rotation.py; not with routed experts), the norms' scales with them."""
         hidden, inter = config.hidden_size, config.intermediate_size
         q, kv = config.num_attention_heads * config.head_dim, config.num_key_value_heads * config.head_dim
         attn, mlp = prefix + "self_attn.", prefix + "mlp."
@@ -154,17 +158,26 @@ class LlamaLayer:
             qkv, gate_up = [(attn + "qkv_proj", q + 2 * kv)], [(mlp + "gate_up_proj", 2 * inter)]
         projection = functools.partial(weights.linear, make_linear)
         experts = _routed_experts(weights, prefix, config, projection) if routed else None
+        ln_attn = weights.tensor(prefix + "input_layernorm.weight", (hidden,))
+        ln_mlp = weights.tensor(prefix + "post_attention_layernorm.weight", (hidden,))
+        folds = dict.fromkeys(("qkv", "o", "gate_up", "down"))
+        folded_norms = None
+        if rotation is not None and experts is None:
+            folds = {"qkv": rotation.reader(ln_attn), "o": rotation.writer,
+                     "gate_up": rotation.reader(ln_mlp), "down": rotation.writer}
+            folded_norms, ln_attn, ln_mlp = (ln_attn, ln_mlp), torch.ones_like(ln_attn), torch.ones_like(ln_mlp)
         return cls(
-            ln_attn=weights.tensor(prefix + "input_layernorm.weight", (hidden,)),
-            qkv=projection(qkv, hidden, config.qkv_bias),
-            o=projection([(attn + "o_proj", hidden)], q, config.o_bias),
-            ln_mlp=weights.tensor(prefix + "post_attention_layernorm.weight", (hidden,)),
-            gate_up=None if experts else projection(gate_up, hidden, config.mlp_bias),
-            down=None if experts else projection([(mlp + "down_proj", hidden)], inter, config.mlp_bias),
+            ln_attn=ln_attn,
+            qkv=projection(qkv, hidden, config.qkv_bias, folds["qkv"]),
+            o=projection([(attn + "o_proj", hidden)], q, config.o_bias, folds["o"]),
+            ln_mlp=ln_mlp,
+            gate_up=None if experts else projection(gate_up, hidden, config.mlp_bias, folds["gate_up"]),
+            down=None if experts else projection([(mlp + "down_proj", hidden)], inter, config.mlp_bias, folds["down"]),
             experts=experts,
             qk_norm=head_norms(weights.tensor(attn + "q_norm.weight", (config.head_dim,)),
                                weights.tensor(attn + "k_norm.weight", (config.head_dim,)),
                                config.num_attention_heads, config.num_key_value_heads) if config.qk_norm else None,
+            folded_norms=folded_norms,
         )
 
 
@@ -173,7 +186,8 @@ class LlamaDecoder:
 
     def __init__(self, *, num_heads: int, num_kv_heads: int, head_dim: int, eps: float,
                  act: Callable[[torch.Tensor], torch.Tensor], rotary, embed: torch.Tensor,
-                 layers: list[LlamaLayer], norm: torch.Tensor, lm_head: Linear, windows: tuple[int | None, ...] = ()):
+                 layers: list[LlamaLayer], norm: torch.Tensor, lm_head: Linear, windows: tuple[int | None, ...] = (),
+                 rotation: Rotation | None = None):
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
         self.eps, self.act = eps, act
         self.rotary = rotary  # rotary(x, position_ids) -> cos, sin: rope.Rotary, or transformers' module
@@ -183,6 +197,7 @@ class LlamaDecoder:
         self.lm_head = lm_head  # [V, hidden]; may be the embedding (tied)
         self.sliding = tuple(window is not None for window in windows) or (False,) * len(layers)
         self.sliding_window = next((w for w in windows if w is not None), None)  # one window for all of them
+        self.rotation = rotation  # folded into the weights at load (worker/rotation.py); None: none
 
     @classmethod
     def from_hf(cls, hf_model, make_linear: MakeLinear | None = None) -> "LlamaDecoder":
@@ -206,22 +221,40 @@ class LlamaDecoder:
 
     @classmethod
     def from_checkpoint(cls, config: LlamaDecoderConfig, weights: CheckpointWeights,
-                        make_linear: MakeLinear | None = None) -> "LlamaDecoder":
-        """Straight from the safetensors files; the LM head is the embedding when tied or absent."""
+                        make_linear: MakeLinear | None = None, rotate: bool = False) -> "LlamaDecoder":
+        """Straight from the safetensors files; the LM head is the embedding when tied or absent. ``rotate``: fold
+        a Rotation into the weights (for int8 activations; not for routed experts)."""
         make_linear = make_linear or linear_factory("aten")
         hidden = config.hidden_size
+        rotation = None
+        if rotate and not any(config.routed(i) for i in range(config.num_hidden_layers)):
+            rotation = Rotation.for_hidden(hidden)
+        norm = weights.tensor(weights.model_prefix() + "norm.weight", (hidden,))
         base, embed, lm_head = weights.embedding_and_head(config.vocab_size, hidden, config.tie_word_embeddings,
-                                                          make_linear)
-        layers = [LlamaLayer.from_checkpoint(weights, f"{base}layers.{i}.", config, make_linear, config.routed(i))
+                                                          make_linear, rotation.reader(norm) if rotation else None)
+        if rotation is not None:
+            rotation.embedding(embed)  # after the (tied) head was read from it
+            norm = torch.ones_like(norm)
+        layers = [LlamaLayer.from_checkpoint(weights, f"{base}layers.{i}.", config, make_linear, config.routed(i),
+                                             rotation)
                   for i in range(config.num_hidden_layers)]
         return cls(
             num_heads=config.num_attention_heads, num_kv_heads=config.num_key_value_heads, head_dim=config.head_dim,
             eps=config.rms_norm_eps, act=activation(config.hidden_act),
             rotary=Rotary.from_parameters(config.rope_parameters, config.head_dim, config.max_position_embeddings,
                                           weights.device),
-            embed=embed, layers=layers, norm=weights.tensor(base + "norm.weight", (hidden,)), lm_head=lm_head,
-            windows=layer_windows(config),
+            embed=embed, layers=layers, norm=norm, lm_head=lm_head, windows=layer_windows(config), rotation=rotation,
         )
+
+    def adapter_weights(self, layer: int, point: str, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor,
+                                                                                               torch.Tensor]:
+        """A LoRA adapter's A [in, r] and B [r, out] at ``point`` of ``layer`` for this decoder's weights:
+        as they are, or for the inputs and outputs a Rotation changed."""
+        if self.rotation is None:
+            return a, b
+        norms = self.layers[layer].folded_norms
+        norm = {"qkv": norms[0], "gate_up": norms[1]}.get(point)
+        return self.rotation.adapter_a(point, a, norm), self.rotation.adapter_b(point, b)
 
     @property
     def num_layers(self) -> int:

@@ -20,6 +20,7 @@ import torch
 from ...models.gguf_tensors import GGUFTensorReader, is_gguf_entry
 from ...models.safetensors_reader import SafetensorsReader, checkpoint_files
 from ..linear import Linear, MakeLinear
+from ..rotation import Fold
 from .config import NeedsTransformers
 
 
@@ -78,22 +79,31 @@ class CheckpointWeights:
             self._buffer = torch.empty(numel, dtype=self.dtype, device=self.device)
         return self._fill(self._buffer[:numel].view(shape), parts)
 
-    def linear(self, make_linear: MakeLinear, parts: list[tuple[str, int]], columns: int, bias: bool) -> Linear:
+    def linear(self, make_linear: MakeLinear, parts: list[tuple[str, int]], columns: int, bias: bool,
+               fold: Fold | None = None) -> Linear:
         """The projection whose rows are the named layers' (``(name, rows)``: '...q_proj', 576) stacked, over
-        ``columns`` inputs, with their biases stacked when ``bias``: read, then handed to ``make_linear``."""
+        ``columns`` inputs, with their biases stacked when ``bias``: read, then handed to ``make_linear``
+        (through ``fold`` first, if given: worker/rotation.py)."""
         weight = self.projection([(name + ".weight", (rows, columns)) for name, rows in parts])
-        return make_linear(weight, self.fused([(name + ".bias", (rows,)) for name, rows in parts]) if bias else None)
+        biases = self.fused([(name + ".bias", (rows,)) for name, rows in parts]) if bias else None
+        return make_linear(*(fold(weight, biases) if fold else (weight, biases)))
 
-    def embedding_and_head(self, vocab: int, hidden: int, tied: bool,
-                           make_linear: MakeLinear) -> tuple[str, torch.Tensor, Linear]:
+    def model_prefix(self) -> str:
+        """The prefix the decoder's tensors are stored under: 'model.', or '' (checkpoints of the bare model)."""
+        return self.prefix("embed_tokens.weight", ("model.", ""))
+
+    def embedding_and_head(self, vocab: int, hidden: int, tied: bool, make_linear: MakeLinear,
+                           fold: Fold | None = None) -> tuple[str, torch.Tensor, Linear]:
         """(the prefix the decoder's tensors are stored under, 'model.' or '', the embedding [vocab, hidden], the
-        LM head): the head is the embedding when ``tied`` or when the checkpoint has none."""
-        base = self.prefix("embed_tokens.weight", ("model.", ""))
+        LM head): the head is the embedding when ``tied`` or when the checkpoint has none (``fold``: as in
+        ``linear``)."""
+        base = self.model_prefix()
         embed = self.tensor(base + "embed_tokens.weight", (vocab, hidden))
         # The head before the layers: a backend that repacks it holds it twice for a moment, best while little
         # else is loaded; its own allocation (not the reused projection buffer) is freed once it is packed.
         tied = tied or "lm_head.weight" not in self
-        return base, embed, make_linear(embed if tied else self.tensor("lm_head.weight", (vocab, hidden)), None)
+        head = embed if tied else self.tensor("lm_head.weight", (vocab, hidden))
+        return base, embed, make_linear(*(fold(head, None) if fold else (head, None)))
 
     def _stacked_shape(self, parts: list[tuple[str, tuple[int, ...]]]) -> tuple[int, ...]:
         trailing = parts[0][1][1:]
