@@ -57,6 +57,14 @@ def read_busy_seconds(cpus: frozenset[int], stat: Path = Path("/proc/stat"), tic
     return busy / ticks
 
 
+def affinity() -> frozenset[int]:
+    """The CPUs this process may run on; every CPU where the platform has no affinity mask (macOS)."""
+    try:
+        return frozenset(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return frozenset(range(os.cpu_count() or 1))
+
+
 class ThreadBudget:
     """``threads()`` before each step: the count to use now (and ``torch.set_num_threads`` it)."""
 
@@ -65,7 +73,7 @@ class ThreadBudget:
                  own_seconds: Callable[[], float] = time.process_time, clock: Callable[[], float] = time.monotonic,
                  apply: Callable[[int], None] | None = None):
         self.configured = max(1, configured)
-        self.cpus = cpus if cpus is not None else frozenset(os.sched_getaffinity(0))
+        self.cpus = cpus if cpus is not None else affinity()
         self.window_s = window_s
         self._read_busy = read_busy or (lambda: read_busy_seconds(self.cpus))
         self._own, self._clock, self._apply = own_seconds, clock, apply

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
 
+from llm_byoc.process import cpu_share
 from llm_byoc.process.cpu_share import ThreadBudget, read_busy_seconds
 
 STAT = """cpu  900 0 300 5000 100 0 0 0 0 0
@@ -102,3 +104,10 @@ def test_looked_at_once_a_window_never_below_one_never_above_the_configured_coun
 def test_an_unreadable_machine_keeps_the_count():
     budget = ThreadBudget(2, frozenset({0, 1}), read_busy=lambda: None, clock=iter(range(0, 100, 1)).__next__)
     assert [budget.threads() for _ in range(3)] == [2, 2, 2]
+
+
+def test_the_cpus_are_every_cpu_where_the_platform_has_no_affinity_mask(monkeypatch):
+    assert cpu_share.affinity() == frozenset(os.sched_getaffinity(0))
+    monkeypatch.delattr(os, "sched_getaffinity")
+    assert cpu_share.affinity() == frozenset(range(os.cpu_count()))
+    assert ThreadBudget(2, read_busy=lambda: None).cpus == frozenset(range(os.cpu_count()))
