@@ -92,7 +92,7 @@ def available_memory(root: Path = CGROUP_ROOT, meminfo: Path = Path("/proc/memin
 
 def release_free_heap() -> bool:
     """Hand the C allocator's free memory back to the system (glibc's ``malloc_trim``): what a load freed (a
-    rotated int8 load's float32 copies: SmolLM2-135M rests at 543 MiB instead of 617-709) stops counting as
+    rotated int8 load's float32 copies: SmolLM2-135M rests at 555 MiB instead of 617-709) stops counting as
     the process's memory. False where the C library has no ``malloc_trim`` (musl, macOS)."""
     import ctypes
     import ctypes.util

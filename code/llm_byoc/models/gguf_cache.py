@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import json
 import logging
 import os
 import time
@@ -25,7 +24,7 @@ from pathlib import Path
 
 from ..errors import ModelLoadError
 from .default_model import cache_dir, convert_gguf_to_folder
-from .gguf_tensors import MANIFEST, build_manifest, is_gguf_entry, write_manifest
+from .gguf_tensors import build_manifest, is_gguf_entry, read_manifest, write_manifest
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +56,7 @@ def transformers_folder(folder: Path) -> Path:
     folder = Path(folder)
     if not is_gguf_entry(folder):
         return folder
-    gguf_path = Path(json.loads((folder / MANIFEST).read_text())["gguf"])
+    gguf_path = Path(read_manifest(folder)["gguf"])
     if not gguf_path.is_file():
         raise ModelLoadError(f"GGUF file {gguf_path} (of {folder}) does not exist")
     log.info("%s loads through transformers, which needs its weights as safetensors", gguf_path)
@@ -85,12 +84,11 @@ def _cached(gguf_path: Path, dest: Path, make: Callable[[Path, Path], Path]) -> 
 def write_gguf_entry(gguf_path: Path, dest: Path) -> Path:
     """config.json, generation_config.json, the tokenizer and the tensor manifest of a Llama-family GGUF
     (transformers reads the first three from the GGUF's metadata); any other GGUF is converted whole."""
-    import gguf
     from transformers import AutoConfig, AutoTokenizer, GenerationConfig
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     started = time.monotonic()
-    manifest = build_manifest(gguf_path, gguf.GGUFReader(gguf_path))
+    manifest = build_manifest(gguf_path)
     if manifest is None:
         return convert_gguf_to_folder(gguf_path, dest)
     log.info("reading %s's config and tokenizer (one time); its tensors stay in the GGUF", gguf_path)

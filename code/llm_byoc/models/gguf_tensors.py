@@ -5,8 +5,9 @@ checkpoint's (``DIRECT_ARCHITECTURES``), the GGUF cache does not convert the
 weights: it writes config.json, the tokenizer and a manifest (``MANIFEST``) that
 names, for each checkpoint tensor, the GGUF tensor, its quantization type, shape
 and byte range. ``GGUFTensorReader`` then reads each tensor from the GGUF itself
-when the decoder is built, dequantized by the ``gguf`` package (the function
-transformers uses) one tensor at a time straight into the decoder's buffer:
+when the decoder is built, dequantized one tensor at a time (Q8_0, F16 and F32
+here, every other type by the ``gguf`` package's dequantize, the function
+transformers uses) straight into the decoder's buffer:
 no float copy of the model is ever written to disk or held in memory whole, and
 with ``LLM_BYOC_QUANTIZATION=int8`` a Q8_0 file's projections go from their
 blocks to int8 per channel, one projection at a time.
@@ -79,12 +80,12 @@ def _count(reader, key: str, default: int | None = None) -> int:
     return int(field.parts[field.data[0]][0])
 
 
-def build_manifest(gguf_path: Path, reader=None) -> dict | None:
+def build_manifest(gguf_path: Path) -> dict | None:
     """The manifest for ``gguf_path``, or None when its tensors cannot be read directly (another architecture,
     a tensor without a Llama-family name, a type the ``gguf`` package cannot dequantize)."""
     import gguf
 
-    reader = reader or gguf.GGUFReader(gguf_path)
+    reader = gguf.GGUFReader(gguf_path)
     arch = architecture(reader)
     if arch not in DIRECT_ARCHITECTURES:
         return None
@@ -124,16 +125,21 @@ def is_gguf_entry(folder: Path) -> bool:
     return (Path(folder) / MANIFEST).is_file()
 
 
+def read_manifest(folder: Path) -> dict:
+    """A GGUF cache entry's manifest: ``gguf`` (the file's path), ``architecture``, ``tensors``."""
+    try:
+        return json.loads((Path(folder) / MANIFEST).read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"{Path(folder) / MANIFEST} is unreadable: {exc}") from None
+
+
 class GGUFTensorReader:
     """A cache entry's tensors by Hugging Face name, read from its GGUF; the same interface as SafetensorsReader."""
 
     def __init__(self, folder: Path):
         if sys.byteorder != "little":
             raise ModelLoadError("GGUF data is read as little-endian; this machine is not")
-        try:
-            manifest = json.loads((Path(folder) / MANIFEST).read_text())
-        except (OSError, ValueError) as exc:
-            raise ModelLoadError(f"{folder / MANIFEST} is unreadable: {exc}") from None
+        manifest = read_manifest(folder)
         self.path = Path(manifest["gguf"])
         self.entries: dict[str, dict] = manifest["tensors"]
         try:

@@ -18,8 +18,8 @@ import torch
 
 from ..errors import ModelLoadError
 from .device import resolve_device
-from .gguf_cache import transformers_folder
 from .fast_tokenizer import load_tokenizer  # noqa: F401 - re-exported: the tokenizer without torch lives there
+from .gguf_cache import transformers_folder
 from .source import ModelSource, materialize, resolve_model_source
 
 log = logging.getLogger(__name__)

@@ -19,10 +19,10 @@ is folded into the weights at load, before they are quantized:
 Nothing changes at run time: no extra operation, and each row's output is
 still computed from that row alone. SmolLM2-135M, perplexity against float32
 over 6,144 tokens of docs, a 384-token technical text and a 408-token plain
-one: int8 +4.4%, +4.2%, +0.2% before; about +1%, +0.9%, +1.0% rotated
+one: int8 +4.35%, +4.16%, +0.16% before; +0.49%, +1.64%, +1.31% rotated
 (benchmarks/int8_quality.py; docs/design/int8.md). Rotating the MLP's hidden
-state too (``act(gate) * up``, at run time: it cannot be folded) took that to
-about +0.4%, for 3-13% more time per step: not done.
+state too (``act(gate) * up``, at run time: it cannot be folded) took the docs'
+loss to about +0.4% in a float simulation, for 3-13% more time per step: not done.
 
 ``Q = diag(signs) @ kron(DCT_a.T, H_p)`` for a hidden size ``a * p``, ``p`` its
 largest power-of-two factor, ``H_p`` the normalised Sylvester Hadamard matrix
