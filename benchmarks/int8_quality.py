@@ -10,7 +10,7 @@ directly (one sequence, prompt in one chunk, then one token per step):
   sequence token) are identical, and the mean length of the common prefix
   (tokens until the first difference);
 - perplexity of two fixed English texts (``TEXTS``: plain prose, ~400 tokens, and
-  technical prose, ~450 tokens; from the prompt's log-probabilities under the raw
+  technical prose, ~380 tokens; from the prompt's log-probabilities under the raw
   model), float32 and int8, and their ratio per text. The two disagree by an order
   of magnitude for int8 (8-bit activations cost little on one, several percent on
   the other): one short text does not tell an int8 model's quality.
