@@ -91,14 +91,16 @@ class ModelRunner:
         decoder = loaded.decoder
         per_token = bytes_per_token(decoder.num_layers, decoder.num_kv_heads, decoder.head_dim, loaded.dtype)
         info = loaded.info
+        draft = None
+        if config.speculative_method == "draft":
+            # before the KV cache is sized: its budget is what the draft's weights and pool leave (on CUDA the
+            # pool is allocated whole, and gpu_memory_utilization bounds both models together)
+            draft = DraftProposer.load(config, loaded, min(config.speculative_max_num_seqs, info.max_num_seqs),
+                                       config.kv_block_size)
         size = size_kv_cache(config, per_token, info.max_model_len, info.max_num_seqs, loaded.device,
                              activation_peak=lambda: activation_peak(loaded, config))
         log.info("KV cache: %d blocks of %d tokens = %d tokens, %.2f GiB (%s)", size.num_blocks - 1,
                  size.block_size, (size.num_blocks - 1) * size.block_size, size.total_bytes / 1024**3, size.how)
-        draft = None
-        if config.speculative_method == "draft":
-            draft = DraftProposer.load(config, loaded, min(config.speculative_max_num_seqs, info.max_num_seqs),
-                                       size.block_size)
         return cls(loaded, size, config.max_loras, commit_kv=config.kv_cache_commit,
                    huge_pages=config.kv_cache_huge_pages, draft=draft)
 

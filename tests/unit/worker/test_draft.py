@@ -169,3 +169,29 @@ def test_a_short_draft_pool_lends_idle_sequences_blocks_and_recomputes_them(draf
         assert other.blocks == [] and other.num_cached == 0
     draft.on_step(StepBatch(2, freed=["a", "b"]))
     assert len(draft._free) == 5 and not draft._seqs
+
+
+def test_the_kv_cache_is_sized_after_the_draft_model_is_loaded(tiny_llama_dir, draft_dir, monkeypatch):
+    """The KV budget is what is left beside both models (on CUDA the draft's pool is allocated whole and
+    gpu_memory_utilization must bound the two together), so the draft loads first."""
+    import llm_byoc.worker.runner as runner_module
+
+    loaded_models = []
+    real_load, real_size = runner_module.load_model, runner_module.size_kv_cache
+    drafts_loaded_when_sized = []
+
+    def load(config):
+        loaded_models.append(config.model)
+        return real_load(config)
+
+    def size(*args, **kwargs):
+        drafts_loaded_when_sized.append(str(draft_dir) in loaded_models)
+        return real_size(*args, **kwargs)
+
+    monkeypatch.setattr(runner_module, "size_kv_cache", size)
+    monkeypatch.setattr("llm_byoc.worker.draft.load_model", load)
+    runner = ModelRunner.from_config(EngineConfig(model=str(tiny_llama_dir), max_num_seqs=4,
+                                                  speculative_method="draft", draft_model=str(draft_dir),
+                                                  speculative_max_num_seqs=4))
+    assert drafts_loaded_when_sized == [True]
+    assert runner.draft is not None and runner.draft.block_size == runner.cache.block_size
