@@ -67,16 +67,28 @@ RUN if [ "$DEVICE" = cuda ] && [ -n "$VLLM_VERSION" ]; then \
       && rm -rf /root/.cache; \
     fi
 
-# The package alone (no dev/test extras), from a throwaway copy of the source.
-COPY pyproject.toml /tmp/llm-byoc/pyproject.toml
+# The package alone (no dev/test extras), from a throwaway copy of the source. Its one compiled part, the
+# CPU decode-attention kernel (setup.py), needs a C compiler and Python's headers for the install only
+# (a Debian python3 has no headers: libpython3.X-dev): they come and go in this layer, and the build
+# fails if the kernel did not compile. Every package the compiler brought is purged again (the list
+# before and after), and apt's downloads with them: the layer is the size it was without the kernel.
+COPY pyproject.toml setup.py /tmp/llm-byoc/
 COPY code /tmp/llm-byoc/code
-RUN if python -c "import vllm" 2>/dev/null; then \
+RUN dpkg-query -W -f '${Package}\n' | sort > /tmp/packages.before \
+ && build_deps="gcc libc6-dev" \
+ && { [ -f "$(python -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" ] \
+      || build_deps="$build_deps libpython$(python -c 'import sys; print("%d.%d" % sys.version_info[:2])')-dev"; } \
+ && apt-get update && apt-get install -y --no-install-recommends $build_deps \
+ && if python -c "import vllm" 2>/dev/null; then \
       python -c "import tomllib; print(*(d for d in tomllib.load(open('/tmp/llm-byoc/pyproject.toml', 'rb'))['project']['dependencies'] if not d.startswith(('torch', 'transformers'))), sep='\n')" > /tmp/requirements.txt \
       && PIP_FIND_LINKS= pip install --no-cache-dir -r /tmp/requirements.txt "torch==${TORCH_VERSION}" \
       && pip install --no-cache-dir --no-deps /tmp/llm-byoc; \
     else \
       pip install --no-cache-dir /tmp/llm-byoc; \
     fi \
+ && apt-get purge -y $(dpkg-query -W -f '${Package}\n' | sort | comm -13 /tmp/packages.before -) \
+ && apt-get clean && rm -rf /var/lib/apt/lists/* /tmp/packages.before \
+ && python -c "import sys; from llm_byoc.worker import cpu_attention as c; sys.exit(c.unavailable())" \
  && rm -rf /tmp/llm-byoc /tmp/requirements.txt /root/.cache
 
 # Multi-model on Triton (LLM_BYOC_MULTI_MODEL_BACKEND=triton), off by default:

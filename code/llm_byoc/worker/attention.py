@@ -1,10 +1,12 @@
 """Attention over the paged KV cache for one step's flattened rows.
 
 Each row's keys and values are written to its slot first; then each decode
-group gathers its rows' contexts from the pool into one dense batch (one row
-gather per layer: the pool is token-major, so the gathered keys are a
+group attends: on the CPU in float32, by the compiled kernel of
+cpu_attention.py, which reads each row's keys in place from the pool;
+elsewhere by gathering its rows' contexts from the pool into one dense batch
+(one row gather per layer: the pool is token-major, so the gathered keys are a
 ``[B, L, KVH, D]`` tensor that SDPA reads through a transposed view without
-another copy), and each prefill chunk gathers its cached prefix (a chunk at
+another copy). Each prefill chunk gathers its cached prefix (a chunk at
 position 0 attends over its own keys, causally, gathering nothing).
 
 Cascade attention (``SharedPrefix``, CPU): chunks that start after the same
@@ -40,6 +42,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from . import cpu_attention
 from .batch import DecodeGroup, PrefillSpan, SharedDecode, SharedPrefix, StepInputs
 
 # Devices where build_step_inputs may form SharedPrefix groups: the parts need each other's
@@ -109,6 +112,8 @@ def _gather(cache: torch.Tensor, slots: torch.Tensor, batch: int, length: int) -
 def _decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, group: DecodeGroup,
             scale: float | None = None, softcap: float | None = None) -> torch.Tensor:
     """q: [B, H, D], one query per sequence. Returns [B, H, D]."""
+    if cpu_attention.usable(q, k_cache, softcap):  # the compiled kernel: each row's keys read in place
+        return cpu_attention.decode_attention(q, k_cache, v_cache, group.gather, group.mask, group.kv_len, scale)
     batch, heads, dim = q.shape
     kv_heads = k_cache.shape[1]
     keys = _gather(k_cache, group.gather, batch, group.kv_len)  # [B, KVH, L, D]

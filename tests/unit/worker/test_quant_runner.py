@@ -12,6 +12,7 @@ from fixtures.step_driver import Request, drive
 from llm_byoc.adapters.peft_folder import BaseShapes, check_adapter
 from llm_byoc.config import EngineConfig
 from llm_byoc.protocol import SamplingParams
+from llm_byoc.worker import cpu_attention
 from llm_byoc.worker.runner import ModelRunner
 
 EOS = (2,)
@@ -49,6 +50,21 @@ def test_greedy_repeats_and_a_sequence_is_the_same_alone_or_batched(int8_runner)
         alone = drive(int8_runner, [Request(request.seq_id, request.prompt, request.params)], num_slots=6,
                       token_budget=24, eos_token_ids=EOS)
         assert alone.outputs[request.seq_id] == together.outputs[request.seq_id], request.seq_id
+
+
+@pytest.mark.skipif(cpu_attention.unavailable() is not None, reason=str(cpu_attention.unavailable()))
+def test_a_sequence_s_logprobs_are_the_same_bits_alone_or_batched(int8_runner):
+    """int8 projections and the compiled decode attention are both row by row: nothing of a batch's other rows
+    (their number, their lengths) reaches a row's result. Prompts are prefilled whole (token budget 256). With
+    torch's padded attention instead, logprobs here differ in their last bits."""
+    params = SamplingParams(max_new_tokens=12, logprobs=True)
+    requests = [Request(f"r{i}", prompt, params) for i, prompt in enumerate(_prompts(3, [9, 30, 4, 17, 22, 6]))]
+    together = drive(int8_runner, requests, num_slots=6, token_budget=256, eos_token_ids=EOS)
+    assert together.max_running == 6
+    for request in requests:
+        alone = drive(int8_runner, [request], num_slots=6, token_budget=256, eos_token_ids=EOS)
+        assert alone.outputs[request.seq_id] == together.outputs[request.seq_id], request.seq_id
+        assert alone.logprobs[request.seq_id] == together.logprobs[request.seq_id], request.seq_id
 
 
 def _prompt_logprobs(runner, prompt: list[int], adapter=None) -> list[float]:

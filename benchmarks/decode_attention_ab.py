@@ -1,0 +1,81 @@
+"""Decode steps with the compiled CPU decode-attention kernel (worker/cpu_attention.py) against torch's path
+(index_select + SDPA), in one process.
+
+    PYTHONPATH=code:. python -m benchmarks.decode_attention_ab --threads 2 --steps 60 \
+        --json benchmarks/results/issue28_decode_attention_ab.json
+
+One ModelRunner per quantization (float32, int8); for each batch (rows x context tokens) the steps alternate
+between the kernel and the torch path (which goes first flips every step), so the machine's drift falls on
+both alike. Reports each side's median step and torch / kernel (above 1: the kernel is faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks.int8_rotation_ab import _decoding
+from llm_byoc import cpu
+from llm_byoc.config import EngineConfig
+from llm_byoc.models.default_model import model_or_default
+from llm_byoc.worker import cpu_attention
+from llm_byoc.worker.runner import ModelRunner
+
+BATCHES = ((1, 128), (16, 128), (64, 128), (1, 1024), (8, 1024))
+
+
+def run(model: str, quantization: str, steps: int) -> dict:
+    runner = ModelRunner.from_config(EngineConfig(model=model, max_num_seqs=64, quantization=quantization))
+    kernel = cpu_attention._kernel
+    result = {}
+    try:
+        for rows, context in BATCHES:
+            step, free = _decoding(runner, rows, rows * 100_000 + context, context=context, room=2 * steps + 16)
+            times: dict[str, list[float]] = {"kernel": [], "torch": []}
+            for i in range(steps + 2):
+                for side in ("kernel", "torch") if i % 2 else ("torch", "kernel"):
+                    cpu_attention._kernel = kernel if side == "kernel" else None
+                    started = time.perf_counter()
+                    step()
+                    if i >= 2:  # two warm-up rounds
+                        times[side].append(time.perf_counter() - started)
+            free()
+            ours, theirs = (statistics.median(times[side]) * 1e3 for side in ("kernel", "torch"))
+            result[f"rows_{rows}_context_{context}"] = {"kernel_ms": round(ours, 3), "torch_ms": round(theirs, 3),
+                                                        "speedup": round(theirs / ours, 3)}
+            print(f"{quantization or 'float32'} {rows} x {context}: kernel {ours:.2f} ms, torch {theirs:.2f} ms, "
+                  f"{theirs / ours:.3f}x", file=sys.stderr)
+    finally:
+        cpu_attention._kernel = kernel
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.decode_attention_ab",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=60, help="steps per side and batch")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    if cpu_attention.unavailable():
+        parser.error(cpu_attention.unavailable())
+    torch.set_num_threads(args.threads)
+    model = model_or_default(args.model)
+    report = {"model": model, "cpu": cpu.describe(), "threads": args.threads, "steps": args.steps,
+              "float32": run(model, "", args.steps), "int8": run(model, "int8", args.steps)}
+    text = json.dumps(report, indent=1)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
