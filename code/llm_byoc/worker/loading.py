@@ -36,6 +36,7 @@ from ..models.loader import (
     resolve_dtype,
 )
 from ..protocol import ModelInfo, RopeByLength
+from . import cpu_attention
 from .linear import Int8Projections, MakeLinear, linear_factory, resolve_backend
 from .models import (
     GENERIC_PATH,
@@ -123,6 +124,9 @@ def load_model(config: EngineConfig) -> LoadedModel:
     except ValueError as exc:
         raise ModelLoadError(str(exc)) from None
     log.info("linear kernels: %s (%s)", backend, backend_reason)
+    if device.type == "cpu":
+        log.info("decode attention: %s", cpu_attention.unavailable() or "compiled kernel, keys read in place "
+                 "(worker/cpu_attention.py; torch's for other dtypes and soft-capped scores)")
     make_linear = linear_factory(backend, batch_hint=max_num_seqs)
     if native_reason is None:
         try:
