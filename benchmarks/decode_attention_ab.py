@@ -22,6 +22,7 @@ import torch
 
 from benchmarks.int8_rotation_ab import _decoding
 from llm_byoc import cpu
+from llm_byoc.bench.report import write_json
 from llm_byoc.config import EngineConfig
 from llm_byoc.models.default_model import model_or_default
 from llm_byoc.worker import cpu_attention
@@ -70,10 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     model = model_or_default(args.model)
     report = {"model": model, "cpu": cpu.describe(), "threads": args.threads, "steps": args.steps,
               "float32": run(model, "", args.steps), "int8": run(model, "int8", args.steps)}
-    text = json.dumps(report, indent=1)
-    print(text)
+    print(json.dumps(report, indent=1))
     if args.json:
-        Path(args.json).write_text(text + "\n")
+        write_json(report, Path(args.json))
     return 0
 
 
