@@ -68,7 +68,7 @@ RUN if [ "$DEVICE" = cuda ] && [ -n "$VLLM_VERSION" ]; then \
     fi
 
 # The package alone (no dev/test extras), from a throwaway copy of the source. Its one compiled part, the
-# CPU decode-attention kernel (setup.py), needs a C compiler and Python's headers for the install only
+# CPU kernels (setup.py: decode attention, int8 rows), need a C compiler and Python's headers for the install only
 # (a Debian python3 has no headers: libpython3.X-dev): they come and go in this layer, and the build
 # fails if the kernel did not compile. Every package the compiler brought is purged again (the list
 # before and after), and apt's downloads with them: the layer is the size it was without the kernel.
@@ -88,7 +88,7 @@ RUN dpkg-query -W -f '${Package}\n' | sort > /tmp/packages.before \
     fi \
  && apt-get purge -y $(dpkg-query -W -f '${Package}\n' | sort | comm -13 /tmp/packages.before -) \
  && apt-get clean && rm -rf /var/lib/apt/lists/* /tmp/packages.before \
- && python -c "import sys; from llm_byoc.worker import cpu_attention as c; sys.exit(c.unavailable())" \
+ && python -c "import sys; from llm_byoc.worker import cpu_kernels as c; sys.exit(c.unavailable())" \
  && rm -rf /tmp/llm-byoc /tmp/requirements.txt /root/.cache
 
 # Multi-model on Triton (LLM_BYOC_MULTI_MODEL_BACKEND=triton), off by default:

@@ -1,4 +1,4 @@
-"""Decode attention on the CPU read in place from the paged KV pool: a compiled kernel (``_decode_attention.c``).
+"""Decode attention on the CPU read in place from the paged KV pool: a compiled kernel (``_cpu_kernels.c``).
 
 A decode group's rows each attend over their own keys, read from the pool by
 slot, once: no gathered copy of every row's context, no padding to the
@@ -11,27 +11,19 @@ heads of 64, one layer, 2 threads for torch, the kernel on one): 1 row over
 faster (benchmarks/decode_attention_ab.py). One thread: a second one would
 contend with torch's OpenMP workers, which spin between operators.
 
-The kernel is an optional extension built by setup.py: a package installed
-where no C compiler was found runs the torch path, and ``unavailable()`` says
-so (logged at load). Soft-capped scores (Gemma 2), other dtypes, and other
-devices always take the torch path.
+The kernel is part of an optional extension (cpu_kernels.py): a package
+installed where no C compiler was found runs the torch path (logged at load).
+Soft-capped scores (Gemma 2), other dtypes, and other devices always take the
+torch path.
 """
 
 from __future__ import annotations
 
 import torch
 
-try:
-    from . import _decode_attention as _kernel
-except ImportError:  # built without a C compiler
-    _kernel = None
+from . import cpu_kernels
 
-
-def unavailable() -> str | None:
-    """Why the compiled kernel is not used here, or None."""
-    if _kernel is None:
-        return "the package was installed without its compiled decode-attention kernel (no C compiler)"
-    return None
+_kernel = cpu_kernels.native  # None: torch's path (benchmarks/decode_attention_ab.py sets it to compare)
 
 
 def usable(q: torch.Tensor, k_cache: torch.Tensor, softcap: float | None) -> bool:

@@ -36,7 +36,7 @@ from ..models.loader import (
     resolve_dtype,
 )
 from ..protocol import ModelInfo, RopeByLength
-from . import cpu_attention
+from . import cpu_kernels
 from .linear import Int8Projections, MakeLinear, linear_factory, resolve_backend
 from .models import (
     GENERIC_PATH,
@@ -125,8 +125,8 @@ def load_model(config: EngineConfig) -> LoadedModel:
         raise ModelLoadError(str(exc)) from None
     log.info("linear kernels: %s (%s)", backend, backend_reason)
     if device.type == "cpu":
-        log.info("decode attention: %s", cpu_attention.unavailable() or "compiled kernel, keys read in place "
-                 "(worker/cpu_attention.py; torch's for other dtypes and soft-capped scores)")
+        log.info("CPU kernels: %s", cpu_kernels.unavailable() or "compiled (decode attention with keys read in "
+                 "place for float32, int8 rows; worker/cpu_kernels.py)")
     make_linear = linear_factory(backend, batch_hint=max_num_seqs)
     if native_reason is None:
         try:

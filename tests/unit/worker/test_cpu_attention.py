@@ -9,12 +9,12 @@ import os
 import pytest
 import torch
 
-from llm_byoc.worker import attention, cpu_attention
+from llm_byoc.worker import attention, cpu_attention, cpu_kernels
 from llm_byoc.worker.batch import DecodeGroup
 
-if os.environ.get("CI") == "true":  # CI builds the package with a compiler: the kernel must be there
-    assert cpu_attention.unavailable() is None, cpu_attention.unavailable()
-pytestmark = pytest.mark.skipif(cpu_attention.unavailable() is not None, reason=str(cpu_attention.unavailable()))
+if os.environ.get("CI") == "true":  # CI builds the package with a compiler: the kernels must be there
+    assert cpu_kernels.unavailable() is None, cpu_kernels.unavailable()
+pytestmark = pytest.mark.skipif(cpu_kernels.unavailable() is not None, reason=str(cpu_kernels.unavailable()))
 
 SLOTS = 512
 

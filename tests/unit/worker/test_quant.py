@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from llm_byoc.worker import cpu_kernels, quant
 from llm_byoc.worker.linear import Int8Projections, linear_factory, resolve_backend
 from llm_byoc.worker.quant import Int8Linear
 
@@ -86,3 +87,23 @@ def test_int8_is_chosen_by_the_quantization_setting():
 def test_int8_where_it_cannot_run_is_refused(device, quantization, says):
     with pytest.raises(ValueError, match=says):
         resolve_backend("auto", device, torch.float32, quantization)
+
+
+@pytest.mark.skipif(cpu_kernels.unavailable() is not None, reason=str(cpu_kernels.unavailable()))
+@pytest.mark.parametrize("cols", [576, 37])
+def test_the_compiled_rows_are_torch_s_bit_for_bit(monkeypatch, cols):
+    """int8_rows (cpu_kernels.py) in place of abs / amax / clamp_min / div / cat: rows of every scale, a zero
+    row (clamped to the smallest normal float), a NaN in a row (poisoning that row's scale, as torch's amax)."""
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(6, cols, generator=gen) * torch.tensor([1e-3, 1.0, 40.0, 1e4, 1.0, 1.0])[:, None]
+    x[4] = 0.0
+    x[5, 3] = float("nan")
+    sentinel = torch.zeros(1, cols)
+    sentinel[0, 0], sentinel[0, -1] = 1.0, -1.0
+    compiled = quant._scaled_rows(x, sentinel)
+    monkeypatch.setattr(quant, "_rows_kernel", None)
+    reference = quant._scaled_rows(x, sentinel)
+    for ours, theirs in zip(compiled, reference):
+        assert ours.shape == theirs.shape
+        assert torch.equal(ours[:5], theirs[:5]) and torch.equal(ours[5].isnan(), theirs[5].isnan())
+    assert torch.equal(compiled[0][6], sentinel[0])

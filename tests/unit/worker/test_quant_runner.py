@@ -12,7 +12,7 @@ from fixtures.step_driver import Request, drive
 from llm_byoc.adapters.peft_folder import BaseShapes, check_adapter
 from llm_byoc.config import EngineConfig
 from llm_byoc.protocol import SamplingParams
-from llm_byoc.worker import cpu_attention
+from llm_byoc.worker import cpu_kernels
 from llm_byoc.worker.runner import ModelRunner
 
 EOS = (2,)
@@ -52,7 +52,7 @@ def test_greedy_repeats_and_a_sequence_is_the_same_alone_or_batched(int8_runner)
         assert alone.outputs[request.seq_id] == together.outputs[request.seq_id], request.seq_id
 
 
-@pytest.mark.skipif(cpu_attention.unavailable() is not None, reason=str(cpu_attention.unavailable()))
+@pytest.mark.skipif(cpu_kernels.unavailable() is not None, reason=str(cpu_kernels.unavailable()))
 def test_a_sequence_s_logprobs_are_the_same_bits_alone_or_batched(int8_runner):
     """int8 projections and the compiled decode attention are both row by row: nothing of a batch's other rows
     (their number, their lengths) reaches a row's result. Prompts are prefilled whole (token budget 256). With

@@ -1,22 +1,27 @@
-/* Decode attention read straight from the paged KV pool (CPU, float32): worker/cpu_attention.py.
+/* The CPU kernels torch has no single operator for (worker/cpu_kernels.py loads them):
  *
+ * decode_attention: decode attention read straight from the paged KV pool (float32; worker/cpu_attention.py).
  * One query token per row. For row b and KV head h, the G = H / KVH query heads
  * that share h attend over the keys at slots gather[b, 0..L-1] (mask[b, j] == 0:
  * key j is padding). Each key and value row is read once from the pool, in
  * place: no gathered copy, no padded batch, and a row's result does not depend
  * on the other rows of the step (nor on how long the longest of them is).
- *
  * Scores are computed in float32, softmax with its maximum subtracted, the
  * weighted sum of values accumulated in float32: the arithmetic of SDPA's CPU
  * kernel, in another order (results agree to a few units in the last place).
  *
+ * int8_rows: the input of an int8 projection (worker/quant.py): each row divided by its largest magnitude,
+ * then the sentinel row [1, 0, ..., 0, -1]; the same bits as torch's abs / amax / clamp_min / div / cat, in one
+ * call instead of five.
+ *
  * Built by setup.py as an optional extension (a missing compiler leaves the
- * torch path); x86-64 gets AVX-512, AVX2+FMA and baseline clones of the inner
- * function, picked when the library loads.
+ * torch paths); x86-64 gets AVX-512, AVX2+FMA and baseline clones of the inner
+ * functions, picked when the library loads.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -158,12 +163,60 @@ static PyObject *decode_attention(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* Each row divided by its largest |x|: that magnitude NaN if the row holds a NaN (as torch's amax), at least
+ * FLT_MIN (clamp_min). The maximum and the NaN test are separate reductions, so that both vectorize. */
+CLONES
+static void int8_rows_body(const float *x, float *out, float *scales, int64_t rows, int64_t cols) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *row = x + r * cols;
+        float *o = out + r * cols;
+        float lanes[16] = {0};
+        int nan = 0;
+        int64_t j = 0;
+        for (; j + 16 <= cols; j += 16)
+            for (int i = 0; i < 16; i++) {
+                const float a = fabsf(row[j + i]);
+                lanes[i] = a > lanes[i] ? a : lanes[i];
+            }
+        for (int i = 0; j + i < cols; i++) {
+            const float a = fabsf(row[j + i]);
+            lanes[i] = a > lanes[i] ? a : lanes[i];
+        }
+        for (j = 0; j < cols; j++) nan |= row[j] != row[j];
+        float top = 0.0f;
+        for (int i = 0; i < 16; i++) top = lanes[i] > top ? lanes[i] : top;
+        top = nan ? NAN : (top < FLT_MIN ? FLT_MIN : top);
+        scales[r] = top;
+        for (j = 0; j < cols; j++) o[j] = row[j] / top;
+    }
+    float *sentinel = out + rows * cols;
+    memset(sentinel, 0, (size_t)cols * sizeof(float));
+    sentinel[0] = 1.0f;
+    sentinel[cols - 1] = -1.0f;
+}
+
+/* int8_rows(x, out, scales, rows, cols): x [rows, cols] -> out [rows + 1, cols], scales [rows]; contiguous float32. */
+static PyObject *int8_rows(PyObject *self, PyObject *args) {
+    unsigned long long x, out, scales;
+    long long rows, cols;
+    if (!PyArg_ParseTuple(args, "KKKLL", &x, &out, &scales, &rows, &cols)) return NULL;
+    if (rows < 0 || cols < 2) {
+        PyErr_SetString(PyExc_ValueError, "int8_rows: bad shape");
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    int8_rows_body((const float *)(uintptr_t)x, (float *)(uintptr_t)out, (float *)(uintptr_t)scales, rows, cols);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"int8_rows", int8_rows, METH_VARARGS, "int8_rows(x, out, scales, rows, cols): see worker/quant.py"},
     {"decode_attention", decode_attention, METH_VARARGS,
      "decode_attention(q, k_pool, v_pool, gather, mask, out, B, H, KVH, D, L, scale): see worker/cpu_attention.py"},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_decode_attention", NULL, -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cpu_kernels", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__decode_attention(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__cpu_kernels(void) { return PyModule_Create(&module); }
