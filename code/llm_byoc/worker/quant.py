@@ -102,7 +102,7 @@ def _scaled_rows(x: torch.Tensor, sentinel: torch.Tensor) -> tuple[torch.Tensor,
     if _rows_kernel is not None and x.device.type == "cpu" and x.numel() <= 65_536:
         rows, cols = x.shape
         x = x.contiguous()
-        scaled, row_scale = torch.empty(rows + 1, cols), torch.empty(rows, 1)
+        scaled, row_scale = torch.empty(rows + 1, cols, dtype=x.dtype), torch.empty(rows, 1, dtype=x.dtype)
         _rows_kernel.int8_rows(x.data_ptr(), scaled.data_ptr(), row_scale.data_ptr(), rows, cols)
         return scaled, row_scale
     row_scale = x.abs().amax(dim=1, keepdim=True).clamp_min_(_TINY)
