@@ -34,12 +34,17 @@ def cgroup_cpu_quota(root: Path = CGROUP_ROOT) -> float | None:
         return None
 
 
+def affinity() -> frozenset[int]:
+    """The CPUs this process may run on; every CPU where the platform has no affinity mask (macOS)."""
+    try:
+        return frozenset(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return frozenset(range(os.cpu_count() or 1))
+
+
 def usable_cpus(root: Path = CGROUP_ROOT) -> int:
     """Cores this process may run on: its affinity mask, narrowed by a cgroup CPU quota."""
-    try:
-        count = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        count = os.cpu_count() or 1
+    count = len(affinity())
     quota = cgroup_cpu_quota(root)
     if quota is not None:
         count = min(count, max(1, int(quota)))  # a 1.5-CPU quota runs one thread well, not two

@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ..cpu import affinity
+
 log = logging.getLogger(__name__)
 
 WINDOW_S = 0.5
@@ -55,14 +57,6 @@ def read_busy_seconds(cpus: frozenset[int], stat: Path = Path("/proc/stat"), tic
         fields = [int(v) for v in rest.split()]
         busy += sum(fields[:8]) - fields[3] - fields[4]  # all of the first eight, less idle and iowait
     return busy / ticks
-
-
-def affinity() -> frozenset[int]:
-    """The CPUs this process may run on; every CPU where the platform has no affinity mask (macOS)."""
-    try:
-        return frozenset(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return frozenset(range(os.cpu_count() or 1))
 
 
 class ThreadBudget:

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from llm_byoc.process import cpu_share
+from llm_byoc import cpu
 from llm_byoc.process.cpu_share import ThreadBudget, read_busy_seconds
 
 STAT = """cpu  900 0 300 5000 100 0 0 0 0 0
@@ -106,8 +106,9 @@ def test_an_unreadable_machine_keeps_the_count():
     assert [budget.threads() for _ in range(3)] == [2, 2, 2]
 
 
-def test_the_cpus_are_every_cpu_where_the_platform_has_no_affinity_mask(monkeypatch):
-    assert cpu_share.affinity() == frozenset(os.sched_getaffinity(0))
+def test_the_cpus_are_every_cpu_where_the_platform_has_no_affinity_mask(monkeypatch, tmp_path):
+    assert cpu.affinity() == frozenset(os.sched_getaffinity(0))
     monkeypatch.delattr(os, "sched_getaffinity")
-    assert cpu_share.affinity() == frozenset(range(os.cpu_count()))
+    assert cpu.affinity() == frozenset(range(os.cpu_count()))
     assert ThreadBudget(2, read_busy=lambda: None).cpus == frozenset(range(os.cpu_count()))
+    assert cpu.usable_cpus(tmp_path) == os.cpu_count()  # no cgroup quota under tmp_path
