@@ -58,17 +58,22 @@ static inline void exp_nonpositive(float *x, int64_t n) {
     }
 }
 
-/* A dot product in 16 lanes, summed as a tree (not 16 dependent adds). */
+/* 16 lanes summed as a tree (not 16 dependent adds), in place. */
+static inline float sum16(float *lanes) {
+    for (int i = 0; i < 8; i++) lanes[i] += lanes[i + 8];
+    for (int i = 0; i < 4; i++) lanes[i] += lanes[i + 4];
+    for (int i = 0; i < 2; i++) lanes[i] += lanes[i + 2];
+    return lanes[0] + lanes[1];
+}
+
+/* A dot product in 16 lanes. */
 static inline float dot(const float *a, const float *b, int64_t D) {
     float acc[16] = {0};
     int64_t d = 0;
     for (; d + 16 <= D; d += 16)
         for (int i = 0; i < 16; i++) acc[i] += a[d + i] * b[d + i];
     for (; d < D; d++) acc[d % 16] += a[d] * b[d];
-    for (int i = 0; i < 8; i++) acc[i] += acc[i + 8];
-    for (int i = 0; i < 4; i++) acc[i] += acc[i + 4];
-    for (int i = 0; i < 2; i++) acc[i] += acc[i + 2];
-    return acc[0] + acc[1];
+    return sum16(acc);
 }
 
 /* One row: out [H, D] for its H = KVH * G query heads. Each key's slot (KVH heads of D floats, contiguous) is read
@@ -114,10 +119,7 @@ static void attend_row(const float *q, const float *k_pool, const float *v_pool,
         for (j = first; j + 16 <= L; j += 16)
             for (int i = 0; i < 16; i++) lanes[i] += s[j + i];
         for (int i = 0; j + i < L; i++) lanes[i] += s[j + i];
-        for (int i = 0; i < 8; i++) lanes[i] += lanes[i + 8];
-        for (int i = 0; i < 4; i++) lanes[i] += lanes[i + 4];
-        for (int i = 0; i < 2; i++) lanes[i] += lanes[i + 2];
-        totals[h] = lanes[0] + lanes[1];
+        totals[h] = sum16(lanes);
     }
     memset(out, 0, (size_t)(H * D) * sizeof(float));
     for (int64_t j = 0; j < L; j++) {
