@@ -122,10 +122,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", action="store_true",
                         help="also run the engine with its worker process (engine_stage_profile.py)")
     parser.add_argument("--quantization", default="", help="LLM_BYOC_QUANTIZATION's value (int8)")
+    parser.add_argument("--linear-backend", default="auto", help="LLM_BYOC_LINEAR_BACKEND's value")
     parser.add_argument("--out", default=None, help="write the JSON here (else print it)")
     args = parser.parse_args(argv)
     model = model_or_default(args.model)
-    config = EngineConfig(model=model, max_num_seqs=max(args.batch), quantization=args.quantization)
+    config = EngineConfig(model=model, max_num_seqs=max(args.batch), quantization=args.quantization,
+                          linear_backend=args.linear_backend)
     runner = ModelRunner.from_config(config)
     report = {"model": model, "dtype": runner.info.dtype, "linear_backend": runner.info.linear_backend,
               "quantization": args.quantization,

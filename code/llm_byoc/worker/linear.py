@@ -1,5 +1,23 @@
 """The decoders' dense projections, ``y = x @ W.T + b``, with a kernel chosen at load.
 
+``packed`` (CPU float32, where the compiled kernels are built): our own kernel
+(``_cpu_kernels.c``'s ``linear``), each weight packed once at load into blocks
+of 16 outputs, every block streamed once per tile of up to 6 rows, on torch's
+own OpenMP threads. A row's outputs are the same bits alone or in any batch
+(each is one chain of multiply-adds over the inputs in order). A decode
+step's projections of SmolLM2-135M (121 weights, 538 MB), 2 threads, the
+AVX-512 dev VM, the two alternating in one process (benchmarks/linear_ab.py,
+issue28_linear_ab.json):
+
+    rows      1        4        16       64       256
+    packed    17.6 ms  18.0 ms  29.0 ms  87.5 ms  345 ms
+    onednn    25.5 ms  23.4 ms  33.7 ms  91.1 ms  339 ms
+
+Whole decode steps 1.46-1.57x faster at one row, 1.14-1.20x at 16, 1.06-1.09x
+at 64. One row is memory-bound: packed streams each block of weights once,
+at about the rate a two-thread ``sum`` reads memory here (~30 GB/s); oneDNN's
+1-row path reaches about two thirds of it.
+
 Decoding is a chain of skinny matmuls (a handful of rows against every
 weight), which is where a CPU step spends its time (~80% on SmolLM2-135M).
 ``aten`` is ``F.linear``: on CPU it calls MKL sgemm, which re-packs the
@@ -14,8 +32,9 @@ paths do. Measured on the 2-core dev VM (AVX-512, 2 threads, fp32):
 Results agree with ``F.linear`` to float rounding (a different summation
 order), not bit for bit.
 
-What each CPU gets (``auto``): oneDNN for float32 on any x86 CPU oneDNN
-supports (AVX2 and up); oneDNN for bfloat16 only where the CPU has the
+What each CPU gets (``auto``): ``packed`` for float32 where the compiled
+kernels are built (AVX-512, AVX2+FMA and baseline tiles, picked at import),
+else oneDNN for float32 on any x86 CPU oneDNN supports (AVX2 and up); oneDNN for bfloat16 only where the CPU has the
 instructions oneDNN's bf16 path needs (AVX-512 BW/VL/DQ, or AVX-NE-CONVERT;
 AVX-512-BF16 and AMX make it fast), ``F.linear`` for bfloat16 elsewhere;
 ``F.linear`` for float16 and on CUDA (cuBLAS). The check asks torch's oneDNN
@@ -39,6 +58,7 @@ import torch.nn.functional as F
 from ..config import ENV_LINEAR_BACKEND, ENV_QUANTIZATION
 from ..config import LINEAR_BACKENDS as BACKENDS
 from ..cpu import describe_line
+from . import cpu_kernels
 from .quant import QUANTIZATIONS, Int8Linear, int8_unsupported
 
 _ONEDNN_DTYPES = (torch.float32, torch.bfloat16)
@@ -67,7 +87,34 @@ class OneDNNLinear:
         return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self.weight, self.bias, "none", [], "")
 
 
-Linear = AtenLinear | OneDNNLinear | Int8Linear
+class PackedLinear:
+    """float32 weights in blocks of 16 outputs ([ceil(N / 16), K, 16]), multiplied by ``_cpu_kernels.linear``.
+
+    ``isa``: one instruction set's tiles ("avx512", "avx2", "base"; tests run each where the CPU can), else the
+    best this CPU runs."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, isa: str | None = None):
+        self.out_features, self.in_features = weight.shape
+        self.isa = isa
+        weight = weight.detach().to(torch.float32).contiguous()
+        self.weight = torch.empty(-(-self.out_features // 16), self.in_features, 16)
+        cpu_kernels.native.pack_linear(weight.data_ptr(), self.weight.data_ptr(), self.out_features,
+                                       self.in_features)
+        self.bias = None if bias is None else bias.detach().to(torch.float32).contiguous()
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype != torch.float32 or x.device.type != "cpu" or x.shape[-1] != self.in_features:
+            raise ValueError(f"packed projection [{self.out_features} x {self.in_features}] takes CPU float32 "
+                             f"[..., {self.in_features}], not {x.dtype} {tuple(x.shape)} on {x.device}")
+        rows = x.reshape(-1, self.in_features).contiguous()
+        y = torch.empty(rows.shape[0], self.out_features)
+        cpu_kernels.native.linear(rows.data_ptr(), self.weight.data_ptr(),
+                                  0 if self.bias is None else self.bias.data_ptr(), y.data_ptr(), rows.shape[0],
+                                  self.in_features, self.out_features, torch.get_num_threads(), self.isa)
+        return y.view(*x.shape[:-1], self.out_features)
+
+
+Linear = AtenLinear | OneDNNLinear | PackedLinear | Int8Linear
 MakeLinear = Callable[[torch.Tensor, "torch.Tensor | None"], Linear]
 
 
@@ -100,12 +147,19 @@ def _probe(dtype: torch.dtype) -> str | None:
     return None
 
 
+def packed_unsupported(device: torch.device, dtype: torch.dtype) -> str | None:
+    """Why the packed kernel cannot run ``dtype`` on ``device``, or None when it can."""
+    if device.type != "cpu" or dtype != torch.float32:
+        return f"the packed kernel runs float32 on the CPU, not {str(dtype).removeprefix('torch.')} on {device.type}"
+    return cpu_kernels.unavailable()
+
+
 def onednn_usable(device: torch.device, dtype: torch.dtype) -> bool:
     return onednn_unsupported(device, dtype) is None
 
 
 class BackendChoice(NamedTuple):
-    name: str  # "onednn", "aten" or "int8"
+    name: str  # "packed", "onednn", "aten" or "int8"
     reason: str  # for the load log
 
 
@@ -128,6 +182,13 @@ def resolve_backend(requested: str, device: torch.device, dtype: torch.dtype, qu
                                      f"int8 activations per row (fbgemm){ignored}")
     if requested == "aten":
         return BackendChoice("aten", "asked for")
+    if requested == "packed" or (requested == "auto" and device.type == "cpu" and dtype == torch.float32
+                                 and cpu_kernels.native is not None):
+        unsupported = packed_unsupported(device, dtype)
+        if unsupported:
+            raise ValueError(f"{ENV_LINEAR_BACKEND}=packed cannot run: {unsupported}")
+        return BackendChoice("packed", "asked for" if requested == "packed" else
+                             "auto: float32 weights packed in 16-output blocks, compiled kernel")
     unsupported = onednn_unsupported(device, dtype)
     if requested == "onednn":
         if unsupported:
@@ -144,6 +205,8 @@ def linear_factory(backend: str, batch_hint: int | None = None) -> MakeLinear:
         return lambda weight, bias=None: OneDNNLinear(weight, bias, batch_hint)
     if backend == "aten":
         return lambda weight, bias=None: AtenLinear(weight, bias)
+    if backend == "packed":
+        return lambda weight, bias=None: PackedLinear(weight, bias)
     if backend == "int8":
         return Int8Projections()
     raise ValueError(f"unresolved linear backend {backend!r}")

@@ -77,6 +77,21 @@ def test_a_row_gives_the_same_bits_alone_and_in_any_batch(left):
         assert torch.equal(alone[0], together[row]), row
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3, 5])
+def test_the_threads_share_the_work_and_change_no_bit(threads):
+    """(row, KV head) pairs on torch's OpenMP threads, each computed as alone: the same bits as one thread."""
+    case = _case(5, 8, 2, 64, [70, 5, 129, 64, 17])
+    previous = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = cpu_attention.decode_attention(*case)
+        torch.set_num_threads(threads)
+        assert torch.equal(cpu_attention.decode_attention(*case), one)
+    finally:
+        torch.set_num_threads(previous)
+    torch.testing.assert_close(one.double(), _reference(*case), rtol=1e-5, atol=1e-5)
+
+
 def test_the_torch_path_it_replaces_gives_the_same_values(monkeypatch):
     q, k_pool, v_pool, gather, mask, kv_len = _case(6, 9, 3, 64, [12, 50, 7, 50, 31, 1], seed=3)
     group = DecodeGroup(0, 6, kv_len, gather, mask)

@@ -1,4 +1,4 @@
-"""Projection kernels: oneDNN prepacked weights agree with F.linear; the backend choice.
+"""Projection kernels: our packed kernel and oneDNN's prepacked weights agree with F.linear; the backend choice.
 
 Tests that need a CPU feature skip, with the reason, where the CPU lacks it;
 the path that runs there instead (F.linear) is tested on every CPU, and an
@@ -17,10 +17,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from llm_byoc.worker import linear
+from llm_byoc.worker import cpu_kernels, linear
 from llm_byoc.worker.linear import (
     AtenLinear,
     OneDNNLinear,
+    PackedLinear,
     linear_factory,
     onednn_unsupported,
     onednn_usable,
@@ -31,6 +32,8 @@ CPU = torch.device("cpu")
 needs_onednn = pytest.mark.skipif(
     not onednn_usable(CPU, torch.float32), reason=f"oneDNN float32: {onednn_unsupported(CPU, torch.float32)}"
 )
+needs_kernels = pytest.mark.skipif(cpu_kernels.native is None, reason=str(cpu_kernels.unavailable()))
+ISAS = ["avx512", "avx2", "base"]
 needs_onednn_bf16 = pytest.mark.skipif(
     not onednn_usable(CPU, torch.bfloat16), reason=f"oneDNN bfloat16: {onednn_unsupported(CPU, torch.bfloat16)}"
 )
@@ -89,10 +92,96 @@ def test_backend_choice(requested, device, dtype, expected):
     assert resolve_backend(requested, torch.device(device), dtype).name == expected
 
 
+def _packed(weight, bias, isa):
+    """PackedLinear on one instruction set's tiles; skips where this CPU cannot run them."""
+    packed = PackedLinear(weight, bias, isa)
+    try:
+        packed(torch.zeros(1, weight.shape[1]))
+    except ValueError as exc:
+        pytest.skip(str(exc))
+    return packed
+
+
+@needs_kernels
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("out_features, in_features", [(96, 64), (17, 5), (50, 48), (3, 1)])
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_packed_matches_a_float64_reference(isa, out_features, in_features, with_bias, threads):
+    """Every tile shape (1..6 rows, 4 blocks and 1 wide), outputs not a multiple of 16, one to three threads."""
+    torch.manual_seed(out_features + in_features)
+    weight = torch.randn(out_features, in_features)
+    bias = torch.randn(out_features) if with_bias else None
+    packed = _packed(weight, bias, isa)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for rows in (1, 2, 5, 6, 7, 13, 37):
+            x = torch.randn(rows, in_features)
+            y = packed(x)
+            reference = x.double() @ weight.double().T + (0 if bias is None else bias.double())
+            assert y.shape == (rows, out_features) and y.dtype == torch.float32
+            torch.testing.assert_close(y.double(), reference, rtol=1e-5, atol=1e-5)
+    finally:
+        torch.set_num_threads(previous)
+
+
+@needs_kernels
+@pytest.mark.parametrize("isa", ISAS)
+def test_a_packed_row_is_the_same_bits_alone_or_in_any_batch(isa):
+    """Each output is one chain of multiply-adds over the inputs in order, whatever tile the row lands in."""
+    torch.manual_seed(0)
+    weight, x = torch.randn(200, 96), torch.randn(23, 96)
+    packed = _packed(weight, torch.randn(200), isa)
+    batched = packed(x)
+    for row in range(x.shape[0]):
+        assert torch.equal(packed(x[row:row + 1]), batched[row:row + 1])
+    assert torch.equal(packed(x[3:17]), batched[3:17])
+
+
+@needs_kernels
+def test_packed_takes_any_leading_shape_and_no_rows():
+    torch.manual_seed(1)
+    weight = torch.randn(40, 24)
+    packed = PackedLinear(weight, None)
+    x = torch.randn(24, 6).t()  # [6, 24], a transposed view
+    torch.testing.assert_close(packed(x), F.linear(x, weight), rtol=1e-5, atol=1e-5)
+    x3 = torch.randn(2, 3, 24)
+    torch.testing.assert_close(packed(x3), F.linear(x3, weight), rtol=1e-5, atol=1e-5)
+    assert packed(torch.empty(0, 24)).shape == (0, 40)
+
+
+@needs_kernels
+def test_packed_refuses_what_it_cannot_multiply():
+    packed = PackedLinear(torch.randn(8, 4), None)
+    with pytest.raises(ValueError, match="takes CPU float32"):
+        packed(torch.randn(2, 4, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"\[\.\.\., 4\]"):
+        packed(torch.randn(2, 5))
+    with pytest.raises(ValueError, match="cannot run the neon tiles"):
+        PackedLinear(torch.randn(8, 4), None, "neon")(torch.randn(1, 4))
+
+
+@needs_kernels
+def test_auto_picks_the_packed_kernel_on_cpu_for_float32():
+    assert resolve_backend("auto", CPU, torch.float32).name == "packed"
+    assert isinstance(linear_factory("packed")(torch.randn(4, 4), None), PackedLinear)
+    assert resolve_backend("packed", CPU, torch.float32).reason == "asked for"
+
+
+@pytest.mark.parametrize("device, dtype", [("cpu", torch.bfloat16), ("cuda", torch.float32)])
+def test_packed_where_it_cannot_run_is_refused(device, dtype):
+    with pytest.raises(ValueError, match="LLM_BYOC_LINEAR_BACKEND=packed cannot run: .*float32 on the CPU"):
+        resolve_backend("packed", torch.device(device), dtype)
+
+
 @needs_onednn
-def test_auto_picks_onednn_on_cpu_for_float32():
+def test_without_the_compiled_kernels_auto_picks_onednn_for_float32(monkeypatch):
+    monkeypatch.setattr(cpu_kernels, "native", None)
     assert resolve_backend("auto", CPU, torch.float32).name == "onednn"
     assert isinstance(linear_factory("onednn", 16)(torch.randn(4, 4), None), OneDNNLinear)
+    with pytest.raises(ValueError, match="packed cannot run: .*without its compiled CPU kernels"):
+        resolve_backend("packed", CPU, torch.float32)
 
 
 def test_auto_in_bfloat16_follows_what_the_cpu_can_run():
@@ -111,11 +200,13 @@ def test_a_cpu_without_the_bf16_instructions_gets_f_linear(monkeypatch):
     assert "avx512bw, avx512vl, avx512dq" in choice.reason and "AVX-NE-CONVERT" in choice.reason
     with pytest.raises(ValueError, match="LLM_BYOC_LINEAR_BACKEND=onednn cannot run: .*AVX-512"):
         resolve_backend("onednn", CPU, torch.bfloat16)
-    assert resolve_backend("auto", CPU, torch.float32).name == ("onednn" if onednn_usable(CPU, torch.float32) else "aten")
+    fp32 = "packed" if cpu_kernels.native else "onednn" if onednn_usable(CPU, torch.float32) else "aten"
+    assert resolve_backend("auto", CPU, torch.float32).name == fp32
 
 
 def test_a_kernel_that_fails_its_probe_is_not_chosen(monkeypatch):
     """Whatever the flags say, a kernel that cannot run one tiny projection is never used."""
+    monkeypatch.setattr(cpu_kernels, "native", None)  # float32 would be the packed kernel's
     linear._probe.cache_clear()
 
     def broken(*args, **kwargs):
@@ -161,7 +252,7 @@ def test_an_avx2_only_cpu_as_onednn_sees_it():
     assert child.returncode == 0, child.stderr
     out = json.loads(child.stdout.strip().splitlines()[-1])
     assert out["bf16"][0] == "aten" and "AVX-512" in out["bf16"][1]
-    assert out["fp32"][0] == "onednn"  # oneDNN's fp32 kernels run on AVX2
+    assert out["fp32"][0] == ("packed" if cpu_kernels.native else "onednn")  # oneDNN's fp32 kernels run on AVX2
     assert out["explicit"].startswith("LLM_BYOC_LINEAR_BACKEND=onednn cannot run")
 
 

@@ -18,7 +18,8 @@ from fixtures.step_driver import Request, drive
 from llm_byoc.config import EngineConfig
 from llm_byoc.errors import ModelLoadError
 from llm_byoc.protocol import SamplingParams
-from llm_byoc.worker.linear import AtenLinear, OneDNNLinear, onednn_usable
+from llm_byoc.worker import cpu_kernels
+from llm_byoc.worker.linear import AtenLinear, OneDNNLinear, PackedLinear, onednn_usable
 from llm_byoc.worker.loading import load_model
 from llm_byoc.worker.models import check_supported
 from llm_byoc.worker.runner import ModelRunner
@@ -137,24 +138,30 @@ def assert_batched_greedy_matches_generate(runner: ModelRunner, folder: str) -> 
         assert result.outputs[request.seq_id] == hf_greedy(folder, request.prompt, 10)
 
 
-@pytest.mark.parametrize("backend", ["aten", "onednn"])
+@pytest.mark.parametrize("backend", ["aten", "onednn", "packed"])
 @pytest.mark.parametrize("model_dir", ["tiny_llama_dir", "tiny_opt_dir"])
 def test_each_linear_backend_matches_generate(backend, model_dir, request):
     if backend == "onednn" and not onednn_usable(torch.device("cpu"), torch.float32):
         pytest.skip("torch built without oneDNN")
+    if backend == "packed" and cpu_kernels.unavailable():
+        pytest.skip(cpu_kernels.unavailable())
     folder = str(request.getfixturevalue(model_dir))
     config = EngineConfig(model=folder, max_num_seqs=2, linear_backend=backend)
     runner = ModelRunner.from_config(config)
-    kernel = {"aten": AtenLinear, "onednn": OneDNNLinear}[backend]
+    kernel = {"aten": AtenLinear, "onednn": OneDNNLinear, "packed": PackedLinear}[backend]
     assert isinstance(runner.decoder.lm_head, kernel)
     assert isinstance(runner.decoder.layers[0].qkv, kernel)
     assert_batched_greedy_matches_generate(runner, folder)
 
 
-@pytest.mark.skipif(not onednn_usable(torch.device("cpu"), torch.float32), reason="torch built without oneDNN")
-def test_auto_uses_onednn_on_cpu(tiny_llama_dir):
+def test_auto_uses_the_packed_kernel_on_cpu_or_else_onednn(tiny_llama_dir):
     decoder = load_model(EngineConfig(model=str(tiny_llama_dir), device="cpu")).decoder
-    assert isinstance(decoder.layers[0].gate_up, OneDNNLinear)
+    if cpu_kernels.native is not None:
+        assert isinstance(decoder.layers[0].gate_up, PackedLinear)
+    elif onednn_usable(torch.device("cpu"), torch.float32):
+        assert isinstance(decoder.layers[0].gate_up, OneDNNLinear)
+    else:
+        assert isinstance(decoder.layers[0].gate_up, AtenLinear)
 
 
 def test_onednn_with_float16_weights_is_a_load_error(tiny_llama_dir):

@@ -10,6 +10,7 @@ import pytest
 from fixtures.step_driver import Request, drive
 from llm_byoc.config import EngineConfig
 from llm_byoc.protocol import NewSequence, SamplingParams, ScheduledChunk, StepBatch
+from llm_byoc.worker import cpu_kernels
 from llm_byoc.worker.runner import ModelRunner
 from worker_reference import hf_greedy
 
@@ -211,6 +212,24 @@ def test_scattered_block_tables_give_the_same_tokens(tiny_llama_dir):
         out = runner.step(StepBatch(1 + i, [], [ScheduledChunk("a", [tokens[-1]], 40 + i, True, blocks)]))
         tokens.append(out.samples[0].token_id)
     assert tokens == hf_greedy(tiny_llama_dir, prompt, 11)
+
+
+@pytest.mark.skipif(cpu_kernels.unavailable() is not None, reason=str(cpu_kernels.unavailable()))
+def test_a_float32_sequence_s_logprobs_are_the_same_bits_alone_or_batched(tiny_llama_dir):
+    """The packed projections and the compiled decode attention are both row by row: nothing of a batch's other
+    rows (their number, their lengths) reaches a row's float32 result. Prompts are prefilled whole (token budget
+    256). (With oneDNN's projections, SmolLM2-135M's logprobs alone and beside three other rows were 1.0e-5 apart,
+    the packed kernel's 0.0; at this tiny model's sizes oneDNN happens to be batch-invariant too.)"""
+    runner = ModelRunner.from_config(EngineConfig(model=str(tiny_llama_dir), max_num_seqs=6))
+    assert runner.info.linear_backend == "packed"
+    params = SamplingParams(max_new_tokens=12, logprobs=True)
+    requests = [Request(f"r{i}", prompt, params) for i, prompt in enumerate(_prompts(3, [9, 30, 4, 17, 22, 6]))]
+    together = drive(runner, requests, num_slots=6, token_budget=256, eos_token_ids=EOS)
+    assert together.max_running == 6
+    for request in requests:
+        alone = drive(runner, [request], num_slots=6, token_budget=256, eos_token_ids=EOS)
+        assert alone.outputs[request.seq_id] == together.outputs[request.seq_id], request.seq_id
+        assert alone.logprobs[request.seq_id] == together.logprobs[request.seq_id], request.seq_id
 
 
 def test_greedy_logprobs_are_log_softmax_of_model_logits(tiny_opt_dir):
