@@ -2,7 +2,7 @@
 
     PYTHONPATH=code python benchmarks/int8_quality.py [--new-tokens 32] [--json benchmarks/results/issue28_int8_quality.json]
 
-Two ModelRunners in one process, float32 (oneDNN) and int8, each driven
+Two ModelRunners in one process, float32 and int8 (each on the kernels the load picks here), each driven
 directly (one sequence, prompt in one chunk, then one token per step):
 
 - greedy agreement: over the fixed prompts below (chat-templated), the share

@@ -1,14 +1,18 @@
-"""float32 projections: the packed kernel (worker/linear.py's PackedLinear) against oneDNN's, in one process.
+"""Our compiled projections against the library kernels they replace, in one process: float32's packed kernel
+(worker/linear.py's PackedLinear) against oneDNN, or with ``--int8`` the packed VNNI int8 kernel
+(worker/quant.py's PackedInt8Linear) against fbgemm's (Int8Linear).
 
     PYTHONPATH=code:. python -m benchmarks.linear_ab --threads 2 --steps 60 \
         --json benchmarks/results/issue28_linear_ab.json
+    PYTHONPATH=code:. python -m benchmarks.linear_ab --int8 --threads 2 --steps 60 \
+        --json benchmarks/results/issue28_int8_linear_ab.json
 
 Two parts. ``projections``: one decode step's projections alone (every weight of the model's shapes, random,
 each used once in order with one elementwise operator between, as a step does), for 1 to 256 rows, the two
-kernels alternating. ``steps``: two ModelRunners of the model, one with ``packed`` and one with ``onednn``
-(LLM_BYOC_LINEAR_BACKEND), whole decode steps alternating (which goes first flips every step), 1, 4, 16 and 64
-rows of 128-token contexts; made twice with the loading order swapped (where a runner lands in memory moved a
-ratio by 1-2% in int8_rotation_ab). Reports medians and onednn / packed (above 1: packed is faster).
+kernels alternating. ``steps``: two ModelRunners of the model, one on each kernel, whole decode steps
+alternating (which goes first flips every step), 1, 4, 16 and 64 rows of 128-token contexts; made twice with
+the loading order swapped (where a runner lands in memory moved a ratio by 1-2% in int8_rotation_ab). Reports
+medians and theirs / ours (above 1: ours is faster).
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -27,12 +33,40 @@ from llm_byoc import cpu
 from llm_byoc.bench.report import write_json
 from llm_byoc.config import EngineConfig
 from llm_byoc.models.default_model import model_or_default
-from llm_byoc.worker import cpu_kernels
+from llm_byoc.worker import cpu_kernels, quant
 from llm_byoc.worker.linear import OneDNNLinear, PackedLinear
 from llm_byoc.worker.runner import ModelRunner
 
 PROJECTION_ROWS = (1, 2, 4, 8, 16, 64, 256)
 STEP_ROWS = (1, 4, 16, 64)
+
+
+class Side(NamedTuple):
+    make: Callable  # (weight, bias) -> a projection, for the projections alone
+    fields: dict  # the runner's EngineConfig fields
+    kind: type  # what the runner's projections must be
+
+
+SIDES = {
+    "float32": {"ours": Side(PackedLinear, {"linear_backend": "packed"}, PackedLinear),
+                "theirs": Side(lambda w, b: OneDNNLinear(w, b, batch_hint=64),  # the engine's max_num_seqs on CPU
+                               {"linear_backend": "onednn"}, OneDNNLinear)},
+    "int8": {"ours": Side(quant.PackedInt8Linear, {"quantization": "int8"}, quant.PackedInt8Linear),
+             "theirs": Side(quant.Int8Linear, {"quantization": "int8"}, quant.Int8Linear)},
+}
+
+
+def _runner(model: str, mode: str, side: str) -> ModelRunner:
+    """A runner on one side's kernels; int8's fbgemm side is what a CPU without AVX-512 VNNI loads."""
+    original = quant.packed_int8_unsupported
+    if mode == "int8" and side == "theirs":
+        quant.packed_int8_unsupported = lambda: "fbgemm asked for (benchmarks/linear_ab.py)"
+    try:
+        runner = ModelRunner.from_config(EngineConfig(model=model, max_num_seqs=64, **SIDES[mode][side].fields))
+    finally:
+        quant.packed_int8_unsupported = original
+    assert isinstance(runner.decoder.layers[0].qkv, SIDES[mode][side].kind)
+    return runner
 
 
 def _shapes(model: str) -> list[tuple[int, int]]:
@@ -46,35 +80,31 @@ def _shapes(model: str) -> list[tuple[int, int]]:
     return layer * config["num_hidden_layers"] + [(config["vocab_size"], hidden)]
 
 
-def projections(model: str, rounds: int) -> dict:
+def projections(model: str, mode: str, rounds: int) -> dict:
     weights = [torch.randn(shape) for shape in _shapes(model)]
-    packed = [PackedLinear(w, None) for w in weights]
+    ours = [SIDES[mode]["ours"].make(w, None) for w in weights]
+    theirs = [SIDES[mode]["theirs"].make(w, None) for w in weights]
     result = {"weights_mb": round(sum(w.numel() * 4 for w in weights) / 1e6, 1)}
     for rows in PROJECTION_ROWS:
-        onednn = [OneDNNLinear(w, None, batch_hint=64) for w in weights]  # the engine's max_num_seqs on CPU
         inputs = {w.shape[1]: torch.randn(rows, w.shape[1]) for w in weights}
-        times: dict[str, list[float]] = {"packed": [], "onednn": []}
+        times: dict[str, list[float]] = {"ours": [], "theirs": []}
         for i in range(rounds + 1):
-            for side in ("packed", "onednn") if i % 2 else ("onednn", "packed"):
-                kernels = packed if side == "packed" else onednn
+            for side in ("ours", "theirs") if i % 2 else ("theirs", "ours"):
+                kernels = ours if side == "ours" else theirs
                 started = time.perf_counter()
                 for w, kernel in zip(weights, kernels):
                     kernel(inputs[w.shape[1]]).mul_(1.0)
                 if i:  # one warm-up round
                     times[side].append(time.perf_counter() - started)
-        ours, theirs = (statistics.median(times[side]) * 1e3 for side in ("packed", "onednn"))
-        result[f"rows_{rows}"] = {"packed_ms": round(ours, 3), "onednn_ms": round(theirs, 3),
-                                  "speedup": round(theirs / ours, 3)}
-        print(f"projections, {rows} rows: packed {ours:.2f} ms, onednn {theirs:.2f} ms, {theirs / ours:.3f}x",
-              file=sys.stderr)
+        a, b = (statistics.median(times[side]) * 1e3 for side in ("ours", "theirs"))
+        result[f"rows_{rows}"] = {"ours_ms": round(a, 3), "theirs_ms": round(b, 3), "speedup": round(b / a, 3)}
+        print(f"{mode} projections, {rows} rows: ours {a:.2f} ms, theirs {b:.2f} ms, {b / a:.3f}x", file=sys.stderr)
     return result
 
 
-def steps(model: str, packed_first: bool, count: int) -> dict:
-    order = ("packed", "onednn") if packed_first else ("onednn", "packed")
-    runners = {side: ModelRunner.from_config(EngineConfig(model=model, max_num_seqs=64, linear_backend=side))
-               for side in order}
-    assert all(runner.info.linear_backend == side for side, runner in runners.items())
+def steps(model: str, mode: str, ours_first: bool, count: int) -> dict:
+    order = ("ours", "theirs") if ours_first else ("theirs", "ours")
+    runners = {side: _runner(model, mode, side) for side in order}
     result = {"loaded_first": order[0]}
     for rows in STEP_ROWS:
         steppers = {side: _decoding(runner, rows, rows * 100_000, room=2 * count + 16)
@@ -88,11 +118,10 @@ def steps(model: str, packed_first: bool, count: int) -> dict:
                     times[side].append(time.perf_counter() - started)
         for _, free in steppers.values():
             free()
-        ours, theirs = (statistics.median(times[side]) * 1e3 for side in ("packed", "onednn"))
-        result[f"rows_{rows}"] = {"packed_ms": round(ours, 3), "onednn_ms": round(theirs, 3),
-                                  "speedup": round(theirs / ours, 3)}
-        print(f"steps (loaded first: {order[0]}), {rows} rows x 128: packed {ours:.2f} ms, onednn {theirs:.2f} ms, "
-              f"{theirs / ours:.3f}x", file=sys.stderr)
+        a, b = (statistics.median(times[side]) * 1e3 for side in ("ours", "theirs"))
+        result[f"rows_{rows}"] = {"ours_ms": round(a, 3), "theirs_ms": round(b, 3), "speedup": round(b / a, 3)}
+        print(f"{mode} steps (loaded first: {order[0]}), {rows} rows x 128: ours {a:.2f} ms, theirs {b:.2f} ms, "
+              f"{b / a:.3f}x", file=sys.stderr)
     return result
 
 
@@ -102,16 +131,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--steps", type=int, default=60, help="steps per side and batch")
     parser.add_argument("--rounds", type=int, default=10, help="rounds of the projections alone, per side")
+    parser.add_argument("--int8", action="store_true", help="the int8 kernels (else float32's)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    if cpu_kernels.unavailable():
-        parser.error(cpu_kernels.unavailable())
+    mode = "int8" if args.int8 else "float32"
+    unavailable = quant.packed_int8_unsupported() if args.int8 else cpu_kernels.unavailable()
+    if unavailable:
+        parser.error(unavailable)
     torch.set_num_threads(args.threads)
     model = model_or_default(args.model)
-    report = {"model": model, "cpu": cpu.describe(), "threads": args.threads, "steps": args.steps,
-              "projections": projections(model, args.rounds),
-              "steps_packed_first": steps(model, True, args.steps),
-              "steps_onednn_first": steps(model, False, args.steps)}
+    report = {"model": model, "cpu": cpu.describe(), "threads": args.threads, "steps": args.steps, "mode": mode,
+              "ours": "packed",
+              "theirs": "oneDNN" if mode == "float32" else "fbgemm",
+              "projections": projections(model, mode, args.rounds),
+              "steps_ours_first": steps(model, mode, True, args.steps),
+              "steps_theirs_first": steps(model, mode, False, args.steps)}
     print(json.dumps(report, indent=1))
     if args.json:
         write_json(report, Path(args.json))

@@ -15,6 +15,11 @@
  * (this library links the libgomp torch has loaded). Each output is one chain of fused multiply-adds over k in
  * order, whatever the tile: a row's result is the same bits alone or in any batch.
  *
+ * int8_linear: y = x @ W.T + b with W int8 per output channel and x quantized to int8 per row, on AVX-512 VNNI
+ * (worker/quant.py's PackedInt8Linear): W packed at load as [ceil(N / 16)][ceil(K / 4)][16][4] bytes, four
+ * inputs of 16 outputs to a register, as vpdpbusd takes them. Integer sums are exact, the epilogue per element:
+ * a row's result is the same bits alone or in any batch, and on any thread count.
+ *
  * int8_rows: the input of an int8 projection (worker/quant.py): each row divided by its largest magnitude,
  * then the sentinel row [1, 0, ..., 0, -1]; the same bits as torch's abs / amax / clamp_min / div / cat, in one
  * call instead of five.
@@ -33,6 +38,10 @@
 #include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
+#endif
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+#define HAVE_VNNI_KERNEL 1
 #endif
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -344,6 +353,185 @@ static PyObject *linear(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ---- int8_linear ---- */
+
+#ifdef HAVE_VNNI_KERNEL
+#define VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
+
+/* One tile: RB rows of x as u8 (q + 128, Kp = 4 * Kq bytes a row) against BB blocks (block j at wb + j * Kq * 64)
+ * -> out[RB][BB][16] int32: sum over k of (q + 128) * w. */
+#define INT8_TILE(NAME, RB, BB)                                                                                 \
+    VNNI static void NAME(const uint8_t *x, int64_t Kp, const int8_t *wb, int64_t Kq, int32_t *out) {          \
+        __m512i acc[RB][BB];                                                                                    \
+        for (int r = 0; r < RB; r++)                                                                            \
+            for (int j = 0; j < BB; j++) acc[r][j] = _mm512_setzero_si512();                                   \
+        for (int64_t kq = 0; kq < Kq; kq++) {                                                                   \
+            __m512i w[BB];                                                                                      \
+            for (int j = 0; j < BB; j++) w[j] = _mm512_loadu_si512(wb + (j * Kq + kq) * 64);                   \
+            for (int r = 0; r < RB; r++) {                                                                      \
+                int32_t four;                                                                                   \
+                memcpy(&four, x + r * Kp + 4 * kq, 4);                                                          \
+                const __m512i xb = _mm512_set1_epi32(four);                                                     \
+                for (int j = 0; j < BB; j++) acc[r][j] = _mm512_dpbusd_epi32(acc[r][j], xb, w[j]);              \
+            }                                                                                                   \
+        }                                                                                                       \
+        for (int r = 0; r < RB; r++)                                                                            \
+            for (int j = 0; j < BB; j++) _mm512_storeu_si512(out + (r * BB + j) * 16, acc[r][j]);              \
+    }
+
+typedef void (*int8_tile)(const uint8_t *, int64_t, const int8_t *, int64_t, int32_t *);
+/* 4 rows x 4 blocks: 16 accumulators (6 x 4 spilled and ran 1.5x slower at 64-256 rows) */
+INT8_TILE(i8_w1, 1, 4) INT8_TILE(i8_w2, 2, 4) INT8_TILE(i8_w3, 3, 4) INT8_TILE(i8_w4, 4, 4)
+INT8_TILE(i8_n1, 1, 1) INT8_TILE(i8_n2, 2, 1) INT8_TILE(i8_n3, 3, 1) INT8_TILE(i8_n4, 4, 1)
+static const int8_tile int8_wide[5] = {NULL, i8_w1, i8_w2, i8_w3, i8_w4};
+static const int8_tile int8_narrow[5] = {NULL, i8_n1, i8_n2, i8_n3, i8_n4};
+
+static int vnni_here(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vnni");
+}
+#else
+static int vnni_here(void) { return 0; }
+#endif
+
+/* Rows r0..r1 of x [R, K] -> u8 [R, Kp]: q + 128 with q = rint(x * 127 / a), a = max |x_r| (at least FLT_MIN), the
+ * padding 128 (q = 0); row_scale[r] = a / 127. A row holding NaN or an infinity gets q = 0 and a NaN scale: its
+ * outputs are NaN, the other rows' untouched. */
+CLONES
+static void int8_quantize_rows(const float *x, int64_t r0, int64_t r1, int64_t K, int64_t Kp, uint8_t *q,
+                               float *row_scale) {
+    for (int64_t r = r0; r < r1; r++) {
+        const float *row = x + r * K;
+        uint8_t *out = q + r * Kp;
+        float lanes[16] = {0};
+        int64_t k = 0;
+        for (; k + 16 <= K; k += 16)
+            for (int i = 0; i < 16; i++) {
+                const float a = fabsf(row[k + i]);
+                lanes[i] = a > lanes[i] ? a : lanes[i];
+            }
+        for (int i = 0; k + i < K; i++) {
+            const float a = fabsf(row[k + i]);
+            lanes[i] = a > lanes[i] ? a : lanes[i];
+        }
+        int finite = 1;
+        for (k = 0; k < K; k++) finite &= isfinite(row[k]) != 0;
+        float top = 0.0f;
+        for (int i = 0; i < 16; i++) top = lanes[i] > top ? lanes[i] : top;
+        if (!finite) {
+            memset(out, 128, (size_t)Kp);
+            row_scale[r] = NAN;
+            continue;
+        }
+        top = top < FLT_MIN ? FLT_MIN : top;
+        const float inv = 127.0f / top;
+        for (k = 0; k < K; k++) {
+            float v = rintf(row[k] * inv);
+            v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
+            out[k] = (uint8_t)((int)v + 128);
+        }
+        memset(out + K, 128, (size_t)(Kp - K));
+        row_scale[r] = top / 127.0f;
+    }
+}
+
+#ifdef HAVE_VNNI_KERNEL
+/* 16 outputs (the first ``lanes`` of them) of one row: (sum - 128 * colsum) * (a * w_scale) (+ bias), the same
+ * operations in the same order for every lane, masked where a block is the last, short one. */
+VNNI static void int8_epilogue(const int32_t *sums, const int32_t *colsum, const float *w_scale, const float *bias,
+                               float a, float *y, int lanes) {
+    const __mmask16 m = lanes == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << lanes) - 1);
+    const __m512i total = _mm512_sub_epi32(_mm512_loadu_si512(sums),
+                                           _mm512_slli_epi32(_mm512_maskz_loadu_epi32(m, colsum), 7));
+    __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(total),
+                             _mm512_mul_ps(_mm512_set1_ps(a), _mm512_maskz_loadu_ps(m, w_scale)));
+    if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bias));
+    _mm512_mask_storeu_ps(y, m, v);
+}
+
+/* Rows r0..r1 against blocks b0..b1, then the epilogue: (sum - 128 * colsum[n]) * row_scale[r] * w_scale[n]
+ * (+ bias[n]). */
+static void int8_part(const uint8_t *q, const float *row_scale, const int8_t *w, const int32_t *colsum,
+                      const float *w_scale, const float *bias, float *y, int64_t Kq, int64_t N, int64_t r0, int64_t r1,
+                      int64_t b0, int64_t b1) {
+    int32_t out[4 * 4 * 16];
+    const int64_t Kp = 4 * Kq;
+    for (int64_t b = b0; b < b1;) {
+        const int bb = b1 - b >= 4 ? 4 : 1;
+        for (int64_t r = r0; r < r1; r += 4) {
+            const int nr = r1 - r < 4 ? (int)(r1 - r) : 4;
+            (bb == 4 ? int8_wide : int8_narrow)[nr](q + r * Kp, Kp, w + b * Kq * 64, Kq, out);
+            for (int i = 0; i < nr; i++)
+                for (int j = 0; j < bb; j++) {
+                    const int64_t n0 = (b + j) * 16;
+                    int8_epilogue(out + (i * bb + j) * 16, colsum + n0, w_scale + n0, bias ? bias + n0 : NULL,
+                                  row_scale[r + i], y + (r + i) * N + n0, N - n0 < 16 ? (int)(N - n0) : 16);
+                }
+        }
+        b += bb;
+    }
+}
+#endif
+
+/* int8_linear(x, packed, colsum, w_scale, bias, y, R, K, N, threads): x [R, K] float32, packed
+ * [ceil(N / 16), ceil(K / 4), 16, 4] int8, colsum [N] int32 (each output's sum of its int8 weights), w_scale [N]
+ * float32, bias [N] or 0, y [R, N] float32; all contiguous. AVX-512 VNNI only (int8_linear_here()). */
+static PyObject *int8_linear(PyObject *self, PyObject *args) {
+    unsigned long long x, packed, colsum, w_scale, bias, y;
+    long long R, K, N;
+    int threads;
+    if (!PyArg_ParseTuple(args, "KKKKKKLLLi", &x, &packed, &colsum, &w_scale, &bias, &y, &R, &K, &N, &threads))
+        return NULL;
+    if (R < 0 || K <= 0 || N <= 0 || threads <= 0) {
+        PyErr_SetString(PyExc_ValueError, "int8_linear: bad shape");
+        return NULL;
+    }
+    if (!vnni_here()) {
+        PyErr_SetString(PyExc_ValueError, "int8_linear: this CPU has no AVX-512 VNNI");
+        return NULL;
+    }
+#ifdef HAVE_VNNI_KERNEL
+    const int64_t Kq = (K + 3) / 4, NB = (N + 15) / 16;
+    uint8_t *q = malloc((size_t)(R * 4 * Kq) + 1);
+    float *row_scale = malloc((size_t)R * sizeof(float) + 1);
+    if (!q || !row_scale) {
+        free(q);
+        free(row_scale);
+        return PyErr_NoMemory();
+    }
+    int64_t split_n = NB / 4 < threads ? (NB / 4 > 0 ? NB / 4 : 1) : threads;
+    int64_t split_r = threads / split_n < R ? threads / split_n : (R > 0 ? R : 1);
+    Py_BEGIN_ALLOW_THREADS
+#ifdef _OPENMP
+#pragma omp parallel num_threads((int)(split_n * split_r)) if (split_n * split_r > 1)
+#endif
+    {
+#ifdef _OPENMP
+        const int64_t t = omp_get_thread_num(), n = omp_get_num_threads();
+#else
+        const int64_t t = 0, n = 1;
+        split_n = split_r = 1;
+#endif
+        /* each thread quantizes its share of the rows, and all wait for the whole input */
+        int8_quantize_rows((const float *)(uintptr_t)x, R * t / n, R * (t + 1) / n, K, 4 * Kq, q, row_scale);
+#ifdef _OPENMP
+#pragma omp barrier
+#endif
+        const int64_t tn = t % split_n, tr = t / split_n;
+        int8_part(q, row_scale, (const int8_t *)(uintptr_t)packed, (const int32_t *)(uintptr_t)colsum,
+                  (const float *)(uintptr_t)w_scale, (const float *)(uintptr_t)bias, (float *)(uintptr_t)y, Kq, N,
+                  R * tr / split_r, R * (tr + 1) / split_r, NB * tn / split_n, NB * (tn + 1) / split_n);
+    }
+    Py_END_ALLOW_THREADS
+    free(q);
+    free(row_scale);
+#endif
+    Py_RETURN_NONE;
+}
+
+static PyObject *int8_linear_here(PyObject *self, PyObject *args) { return PyBool_FromLong(vnni_here()); }
+
 /* Each row divided by its largest |x|: that magnitude NaN if the row holds a NaN (as torch's amax), at least
  * FLT_MIN (clamp_min). The maximum and the NaN test are separate reductions, so that both vectorize. */
 CLONES
@@ -395,6 +583,9 @@ static PyMethodDef methods[] = {
     {"int8_rows", int8_rows, METH_VARARGS, "int8_rows(x, out, scales, rows, cols): see worker/quant.py"},
     {"pack_linear", pack_linear, METH_VARARGS, "pack_linear(weight, packed, N, K): see worker/linear.py"},
     {"linear", linear, METH_VARARGS, "linear(x, packed, bias, y, R, K, N, threads[, isa]): see worker/linear.py"},
+    {"int8_linear", int8_linear, METH_VARARGS,
+     "int8_linear(x, packed, colsum, w_scale, bias, y, R, K, N, threads): see worker/quant.py"},
+    {"int8_linear_here", int8_linear_here, METH_NOARGS, "whether this CPU runs int8_linear (AVX-512 VNNI)"},
     {"decode_attention", decode_attention, METH_VARARGS,
      "decode_attention(q, k_pool, v_pool, gather, mask, out, B, H, KVH, D, L, scale[, threads]): see "
      "worker/cpu_attention.py"},

@@ -59,7 +59,7 @@ from ..config import ENV_LINEAR_BACKEND, ENV_QUANTIZATION
 from ..config import LINEAR_BACKENDS as BACKENDS
 from ..cpu import describe_line
 from . import cpu_kernels
-from .quant import QUANTIZATIONS, Int8Linear, int8_unsupported
+from .quant import QUANTIZATIONS, Int8Linear, PackedInt8Linear, int8_kernel, int8_unsupported
 
 _ONEDNN_DTYPES = (torch.float32, torch.bfloat16)
 
@@ -114,7 +114,7 @@ class PackedLinear:
         return y.view(*x.shape[:-1], self.out_features)
 
 
-Linear = AtenLinear | OneDNNLinear | PackedLinear | Int8Linear
+Linear = AtenLinear | OneDNNLinear | PackedLinear | PackedInt8Linear | Int8Linear
 MakeLinear = Callable[[torch.Tensor, "torch.Tensor | None"], Linear]
 
 
@@ -178,8 +178,9 @@ def resolve_backend(requested: str, device: torch.device, dtype: torch.dtype, qu
         if unsupported:
             raise ValueError(unsupported)
         ignored = "" if requested == "auto" else f"; {ENV_LINEAR_BACKEND}={requested} does not apply"
+        kernel = int8_kernel()
         return BackendChoice("int8", f"{ENV_QUANTIZATION}=int8: int8 weights per channel, "
-                                     f"int8 activations per row (fbgemm){ignored}")
+                                     f"int8 activations per row ({kernel.description}){ignored}")
     if requested == "aten":
         return BackendChoice("aten", "asked for")
     if requested == "packed" or (requested == "auto" and device.type == "cpu" and dtype == torch.float32
@@ -213,15 +214,17 @@ def linear_factory(backend: str, batch_hint: int | None = None) -> MakeLinear:
 
 
 class Int8Projections:
-    """``make(weight, bias) -> Int8Linear`` that counts what it built, for the load log."""
+    """``make(weight, bias) -> PackedInt8Linear or Int8Linear`` (``int8_kernel``) that counts what it built, for
+    the load log."""
 
     def __init__(self):
+        self.kernel = int8_kernel().kernel
         self.count = 0
         self.nbytes = 0  # int8 weights, their scales and biases
         self.float32_bytes = 0  # the same projections in float32
 
-    def __call__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> Int8Linear:
-        linear = Int8Linear(weight, bias)
+    def __call__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> PackedInt8Linear | Int8Linear:
+        linear = self.kernel(weight, bias)
         self.count += 1
         self.nbytes += linear.nbytes
         self.float32_bytes += 4 * (weight.numel() + (0 if bias is None else bias.numel()))

@@ -1,5 +1,18 @@
 """8-bit projections for the CPU (``LLM_BYOC_QUANTIZATION=int8``): int8 weights, int8 activations (W8A8).
 
+Two kernels, one chosen at load for the machine (``int8_kernel``):
+
+- ``PackedInt8Linear`` where the CPU has AVX-512 VNNI and the compiled kernels
+  are built: our own (``_cpu_kernels.c``'s ``int8_linear``). The weight int8
+  per output channel (symmetric, ``scale_c = max|W_c| / 127``) in 64-byte
+  groups of 4 inputs x 16 outputs, as ``vpdpbusd`` reads them; each row of x
+  quantized on its own (``q = rint(127 x / max|x_r|)``) inside the call; int32
+  sums, exact, then ``(sum) * a_r / 127 * scale_c (+ b_c)`` per element. So a
+  row's result is the same bits alone or in any batch, and a row holding NaN
+  spoils that row only. One row is memory-bound: a quarter of float32's bytes.
+- ``Int8Linear`` elsewhere: fbgemm's int8 GEMM through torch's quantized
+  operators, as described below.
+
 The weight: int8 per output channel (symmetric, ``scale_c = max|W_c| / 127``),
 packed once at load for fbgemm's int8 GEMM (``quantized.linear_prepack``).
 The activations: quantized to 8 bits at every call, inside
@@ -34,6 +47,7 @@ from __future__ import annotations
 
 import functools
 import warnings
+from typing import NamedTuple
 
 import torch
 
@@ -56,13 +70,74 @@ def int8_unsupported(device: torch.device) -> str | None:
     """Why the int8 kernels cannot run on ``device`` here, or None when they can."""
     if device.type != "cpu":
         return f"int8 ({ENV_QUANTIZATION}=int8) is the CPU engine's kernel; on {device.type} use the vllm engine"
-    if "fbgemm" not in torch.backends.quantized.supported_engines:
-        return "this torch build has no fbgemm (the int8 GEMM)"
+    if packed_int8_unsupported() is not None and "fbgemm" not in torch.backends.quantized.supported_engines:
+        return (f"this torch build has no fbgemm (the int8 GEMM), and the packed int8 kernel cannot run: "
+                f"{packed_int8_unsupported()}")
     return None
 
 
+class Int8Kernel(NamedTuple):
+    kernel: type  # PackedInt8Linear or Int8Linear
+    description: str  # for the load log
+
+
+def int8_kernel() -> Int8Kernel:
+    """The int8 projection this machine runs: the packed VNNI kernel where it can, else fbgemm's."""
+    unsupported = packed_int8_unsupported()
+    if unsupported is None:
+        return Int8Kernel(PackedInt8Linear, "packed, AVX-512 VNNI")
+    return Int8Kernel(Int8Linear, f"fbgemm, because {unsupported}")
+
+
+def channel_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric int8 per output channel: (q [N, K] int8, scale [N] float32), ``weight ~ q * scale[:, None]``."""
+    w = weight.detach().float()
+    scale = w.abs().amax(dim=1).clamp_min(_TINY) / 127  # [N]
+    return torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8), scale
+
+
+def packed_int8_unsupported() -> str | None:
+    """Why ``PackedInt8Linear`` cannot run here, or None."""
+    if cpu_kernels.native is None:
+        return cpu_kernels.unavailable()
+    if not cpu_kernels.native.int8_linear_here():
+        return "this CPU has no AVX-512 VNNI (the packed int8 kernel's vpdpbusd)"
+    return None
+
+
+class PackedInt8Linear:
+    """``y = x @ W.T + b``, W int8 per output channel, x int8 per row, on the compiled VNNI kernel."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
+        self.out_features, self.in_features = weight.shape
+        q, self.scale = channel_int8(weight)
+        self.colsum = q.sum(dim=1, dtype=torch.int32)  # the kernel's u8 inputs are q + 128: it takes 128 * this off
+        blocks, quads = -(-self.out_features // 16), -(-self.in_features // 4)
+        padded = torch.zeros(blocks * 16, quads * 4, dtype=torch.int8)
+        padded[:self.out_features, :self.in_features] = q
+        # [N, K] -> [blocks, quads, 16 outputs, 4 inputs]
+        self.packed = padded.view(blocks, 16, quads, 4).permute(0, 2, 1, 3).contiguous()
+        self.bias = None if bias is None else bias.detach().float().contiguous()
+        self.nbytes = self.packed.numel() + 8 * self.out_features  # int8, one scale and one sum per channel
+        if self.bias is not None:
+            self.nbytes += self.bias.numel() * 4
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features)
+        dtype = rows.dtype
+        rows = rows.float().contiguous()
+        y = torch.empty(rows.shape[0], self.out_features)
+        cpu_kernels.native.int8_linear(rows.data_ptr(), self.packed.data_ptr(), self.colsum.data_ptr(),
+                                       self.scale.data_ptr(), 0 if self.bias is None else self.bias.data_ptr(),
+                                       y.data_ptr(), rows.shape[0], self.in_features, self.out_features,
+                                       torch.get_num_threads())
+        y = y.view(*x.shape[:-1], self.out_features)
+        return y if dtype == torch.float32 else y.to(dtype)
+
+
 class Int8Linear:
-    """``y = x @ W.T + b`` with W as int8 per output channel and x quantized per row (see the module text)."""
+    """``y = x @ W.T + b`` with W as int8 per output channel and x quantized per row, on fbgemm (see the module
+    text)."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
         self.out_features, self.in_features = weight.shape

@@ -1,4 +1,5 @@
-"""int8 projections (worker/quant.py): close to float32, and a row's result independent of its batch."""
+"""int8 projections (worker/quant.py), both kernels (the packed VNNI one where the CPU has it, fbgemm's): close
+to float32, and a row's result independent of its batch."""
 
 from __future__ import annotations
 
@@ -8,9 +9,19 @@ import torch.nn.functional as F
 
 from llm_byoc.worker import cpu_kernels, quant
 from llm_byoc.worker.linear import Int8Projections, linear_factory, resolve_backend
-from llm_byoc.worker.quant import Int8Linear
+from llm_byoc.worker.quant import Int8Linear, PackedInt8Linear, int8_kernel, packed_int8_unsupported
 
 CPU = torch.device("cpu")
+
+
+@pytest.fixture(params=["packed", "fbgemm"])
+def Kernel(request):
+    """Each int8 projection class; the packed one skips, with the reason, where it cannot run."""
+    if request.param == "packed":
+        if packed_int8_unsupported():
+            pytest.skip(packed_int8_unsupported())
+        return PackedInt8Linear
+    return Int8Linear
 
 
 def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -19,28 +30,28 @@ def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
 
 @pytest.mark.parametrize("rows", [1, 7, 64])
 @pytest.mark.parametrize("with_bias", [False, True])
-def test_int8_stays_close_to_float32(rows, with_bias):
+def test_int8_stays_close_to_float32(Kernel, rows, with_bias):
     torch.manual_seed(rows)
     weight, x = torch.randn(384, 192) * 0.05, torch.randn(rows, 192)
     bias = torch.randn(384) if with_bias else None
-    got = Int8Linear(weight, bias)(x)
+    got = Kernel(weight, bias)(x)
     assert got.shape == (rows, 384) and got.dtype == torch.float32
     assert _relative_error(got, F.linear(x, weight, bias)) < 0.02  # ~1% measured: 8 bits each side
 
 
-def test_rows_of_very_different_scales_keep_their_precision():
+def test_rows_of_very_different_scales_keep_their_precision(Kernel):
     """Each row has its own activation scale: a small row next to a huge one is not crushed to zero."""
     torch.manual_seed(1)
     weight = torch.randn(256, 128) * 0.05
     x = torch.randn(3, 128) * torch.tensor([[1e-3], [1.0], [1e4]])
-    got, want = Int8Linear(weight, None)(x), F.linear(x, weight)
+    got, want = Kernel(weight, None)(x), F.linear(x, weight)
     for row in range(3):
         assert _relative_error(got[row], want[row]) < 0.02, row
 
 
-def test_a_row_gives_the_same_bits_alone_and_in_any_batch():
+def test_a_row_gives_the_same_bits_alone_and_in_any_batch(Kernel):
     torch.manual_seed(2)
-    linear = Int8Linear(torch.randn(512, 96) * 0.05, torch.randn(512))
+    linear = Kernel(torch.randn(512, 96) * 0.05, torch.randn(512))
     batch = torch.randn(9, 96) * torch.linspace(0.1, 30, 9).unsqueeze(1)
     together = linear(batch)
     for row in range(9):
@@ -48,16 +59,16 @@ def test_a_row_gives_the_same_bits_alone_and_in_any_batch():
     assert torch.equal(linear(batch[2:6]), together[2:6])
 
 
-def test_bfloat16_inputs_come_back_in_bfloat16():
+def test_bfloat16_inputs_come_back_in_bfloat16(Kernel):
     torch.manual_seed(3)
     weight, x = torch.randn(128, 64), torch.randn(4, 64, dtype=torch.bfloat16)
-    got = Int8Linear(weight.bfloat16(), None)(x)
+    got = Kernel(weight.bfloat16(), None)(x)
     assert got.dtype == torch.bfloat16
     assert _relative_error(got, F.linear(x.float(), weight.bfloat16().float())) < 0.03
 
 
-def test_no_rows_and_zero_rows():
-    linear = Int8Linear(torch.randn(32, 16), torch.ones(32))
+def test_no_rows_and_zero_rows(Kernel):
+    linear = Kernel(torch.randn(32, 16), torch.ones(32))
     assert linear(torch.empty(0, 16)).shape == (0, 32)
     assert torch.equal(linear(torch.zeros(2, 16)), torch.ones(2, 32))  # a zero row: only the bias
 
@@ -68,8 +79,45 @@ def test_the_factory_counts_int8_bytes():
     make(torch.randn(64, 32), None)
     make(torch.randn(16, 32), torch.zeros(16))
     assert make.count == 2
-    assert make.nbytes == 64 * 32 + 16 * 32 + 4 * (64 + 16) + 4 * 16
+    assert make.kernel is int8_kernel().kernel
+    per_channel = 8 if make.kernel is PackedInt8Linear else 4  # the packed kernel keeps each channel's sum too
+    assert make.nbytes == 64 * 32 + 16 * 32 + per_channel * (64 + 16) + 4 * 16
     assert make.float32_bytes == 4 * (64 * 32 + 16 * 32 + 16)
+
+
+@pytest.mark.skipif(packed_int8_unsupported() is not None, reason=str(packed_int8_unsupported()))
+@pytest.mark.parametrize("out_features, in_features", [(96, 64), (17, 5), (50, 48), (3, 1), (200, 1537)])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_packed_int8_is_the_integer_product_of_its_quantized_operands(out_features, in_features, threads):
+    """Against the same quantization done in float64 here: every tile (1..4 rows, 4 and 1 blocks wide), outputs
+    not a multiple of 16, inputs not a multiple of 4, one to three threads."""
+    torch.manual_seed(out_features + in_features)
+    weight, bias = torch.randn(out_features, in_features), torch.randn(out_features)
+    linear = PackedInt8Linear(weight, bias)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for rows in (1, 2, 3, 4, 5, 9, 37):
+            x = torch.randn(rows, in_features)
+            got = linear(x)
+            a = x.abs().amax(dim=1, keepdim=True)
+            qx = torch.round(x * (127 / a)).clamp(-127, 127).double()
+            qw, w_scale = quant.channel_int8(weight)
+            want = (qx @ qw.double().T) * (a.double() / 127) * w_scale.double() + bias.double()
+            torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-4)
+    finally:
+        torch.set_num_threads(previous)
+
+
+@pytest.mark.skipif(packed_int8_unsupported() is not None, reason=str(packed_int8_unsupported()))
+def test_a_packed_int8_row_holding_nan_spoils_that_row_only():
+    torch.manual_seed(4)
+    linear = PackedInt8Linear(torch.randn(40, 24), None)
+    x = torch.randn(3, 24)
+    x[1, 5] = float("nan")
+    y = linear(x)
+    assert y[1].isnan().all() and not y[0].isnan().any() and not y[2].isnan().any()
+    assert torch.equal(y[0], linear(x[:1])[0])
 
 
 def test_int8_is_chosen_by_the_quantization_setting():
