@@ -10,6 +10,9 @@ Two kernels, one chosen at load for the machine (``int8_kernel``):
   sums, exact, then ``(sum) * a_r / 127 * scale_c (+ b_c)`` per element. So a
   row's result is the same bits alone or in any batch, and a row holding NaN
   spoils that row only. One row is memory-bound: a quarter of float32's bytes.
+  SmolLM2-135M's 121 projections, 2 threads (benchmarks/linear_ab.py --int8):
+  6.0 against fbgemm's 9.6 ms at one row, 12.2 against 19.1 at 16, 128
+  against 204 at 256.
 - ``Int8Linear`` elsewhere: fbgemm's int8 GEMM through torch's quantized
   operators, as described below.
 
