@@ -41,7 +41,7 @@
 #endif
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #include <immintrin.h>
-#define HAVE_VNNI_KERNEL 1
+#define HAVE_INT8_KERNELS 1
 #endif
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -221,7 +221,7 @@ typedef float v16 __attribute__((vector_size(64)));
 typedef void (*linear_tile)(const float *, const float *, int64_t, float *);
 
 /* An instruction set's tiles: BB blocks wide (and 1 wide for the last blocks), 1..RB_MAX rows tall, sized to
- * its registers (AVX-512: 6 x 4 x 1 of 32 zmm; AVX2: 4 x 1 x 2 of 16 ymm; SSE: 2 x 1 x 4 of 16 xmm). */
+ * its registers (AVX-512: 6 x 4 x 1 of 32 zmm; AVX2: 6 x 1 x 2 of 16 ymm; baseline: 2 x 1 x 4 of 16 xmm). */
 typedef struct {
     int bb, rb_max;
     linear_tile wide[7], narrow[7];  /* [rows]: bb blocks, 1 block */
@@ -240,9 +240,80 @@ typedef struct {
 LINEAR_TILES(base, 1, )
 static const linear_tiles base_tiles = TILE_TABLE(base, 1, 2);
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-LINEAR_TILES(avx2, 1, __attribute__((target("arch=x86-64-v3"))))
-LINEAR_TILES(avx512, 4, __attribute__((target("arch=x86-64-v4"))))
-static const linear_tiles avx2_tiles = TILE_TABLE(avx2, 1, 4), avx512_tiles = TILE_TABLE(avx512, 4, 6);
+/* AVX-512: up to 6 rows by 1 or 4 blocks, each accumulator a variable of its own (see the AVX2 tiles below). */
+#define AVX512_ROW(r, A, B, C, D)                                                                               \
+    if (rows > r) {                                                                                             \
+        const __m512 xv = _mm512_set1_ps(x[r * K + k]);                                                         \
+        A = _mm512_fmadd_ps(xv, w0, A);                                                                         \
+        if (wide > 1) {                                                                                         \
+            B = _mm512_fmadd_ps(xv, w1, B);                                                                     \
+            C = _mm512_fmadd_ps(xv, w2, C);                                                                     \
+            D = _mm512_fmadd_ps(xv, w3, D);                                                                     \
+        }                                                                                                       \
+    }
+#define AVX512_STORE(r, A, B, C, D)                                                                             \
+    if (rows > r) {                                                                                             \
+        _mm512_storeu_ps(out + (r * wide) * 16, A);                                                             \
+        if (wide > 1) {                                                                                         \
+            _mm512_storeu_ps(out + (r * wide + 1) * 16, B);                                                     \
+            _mm512_storeu_ps(out + (r * wide + 2) * 16, C);                                                     \
+            _mm512_storeu_ps(out + (r * wide + 3) * 16, D);                                                     \
+        }                                                                                                       \
+    }
+#define LINEAR_TILE_AVX512(NAME, RB, BB)                                                                        \
+    __attribute__((target("avx512f"))) static void NAME(const float *x, const float *wb, int64_t K, float *out) { \
+        const int rows = RB, wide = BB;                                                                         \
+        __m512 z = _mm512_setzero_ps();                                                                         \
+        __m512 a0 = z, b0 = z, c0 = z, d0 = z, a1 = z, b1 = z, c1 = z, d1 = z, a2 = z, b2 = z, c2 = z, d2 = z;   \
+        __m512 a3 = z, b3 = z, c3 = z, d3 = z, a4 = z, b4 = z, c4 = z, d4 = z, a5 = z, b5 = z, c5 = z, d5 = z;   \
+        for (int64_t k = 0; k < K; k++) {                                                                       \
+            const __m512 w0 = _mm512_loadu_ps(wb + k * 16);                                                     \
+            const __m512 w1 = wide > 1 ? _mm512_loadu_ps(wb + (K + k) * 16) : z;                                \
+            const __m512 w2 = wide > 1 ? _mm512_loadu_ps(wb + (2 * K + k) * 16) : z;                            \
+            const __m512 w3 = wide > 1 ? _mm512_loadu_ps(wb + (3 * K + k) * 16) : z;                            \
+            AVX512_ROW(0, a0, b0, c0, d0) AVX512_ROW(1, a1, b1, c1, d1) AVX512_ROW(2, a2, b2, c2, d2)           \
+            AVX512_ROW(3, a3, b3, c3, d3) AVX512_ROW(4, a4, b4, c4, d4) AVX512_ROW(5, a5, b5, c5, d5)           \
+        }                                                                                                       \
+        AVX512_STORE(0, a0, b0, c0, d0) AVX512_STORE(1, a1, b1, c1, d1) AVX512_STORE(2, a2, b2, c2, d2)         \
+        AVX512_STORE(3, a3, b3, c3, d3) AVX512_STORE(4, a4, b4, c4, d4) AVX512_STORE(5, a5, b5, c5, d5)         \
+    }
+LINEAR_TILE_AVX512(avx512_w1, 1, 4) LINEAR_TILE_AVX512(avx512_w2, 2, 4) LINEAR_TILE_AVX512(avx512_w3, 3, 4)
+LINEAR_TILE_AVX512(avx512_w4, 4, 4) LINEAR_TILE_AVX512(avx512_w5, 5, 4) LINEAR_TILE_AVX512(avx512_w6, 6, 4)
+LINEAR_TILE_AVX512(avx512_n1, 1, 1) LINEAR_TILE_AVX512(avx512_n2, 2, 1) LINEAR_TILE_AVX512(avx512_n3, 3, 1)
+LINEAR_TILE_AVX512(avx512_n4, 4, 1) LINEAR_TILE_AVX512(avx512_n5, 5, 1) LINEAR_TILE_AVX512(avx512_n6, 6, 1)
+
+/* AVX2 in intrinsics (GCC's 64-byte vectors, split in two for AVX2, ran 4-8x slower): one block as two ymm by
+ * up to 6 rows, 12 accumulators of 16 registers, each a variable of its own (in an array GCC stored them to the
+ * stack at every step). The same fused multiply-adds in the same order as the AVX-512 tiles: the same bits. */
+#define AVX2_ROW(r, A, B)                                                                                       \
+    if (rows > r) {                                                                                             \
+        const __m256 xv = _mm256_broadcast_ss(x + r * K + k);                                                  \
+        A = _mm256_fmadd_ps(xv, w0, A);                                                                         \
+        B = _mm256_fmadd_ps(xv, w1, B);                                                                         \
+    }
+#define AVX2_STORE(r, A, B)                                                                                     \
+    if (rows > r) {                                                                                             \
+        _mm256_storeu_ps(out + r * 16, A);                                                                      \
+        _mm256_storeu_ps(out + r * 16 + 8, B);                                                                  \
+    }
+#define LINEAR_TILE_AVX2(NAME, RB)                                                                              \
+    __attribute__((target("avx2,fma"))) static void NAME(const float *x, const float *wb, int64_t K, float *out) { \
+        const int rows = RB;                                                                                    \
+        __m256 a0 = _mm256_setzero_ps(), b0 = a0, a1 = a0, b1 = a0, a2 = a0, b2 = a0, a3 = a0, b3 = a0, a4 = a0,  \
+               b4 = a0, a5 = a0, b5 = a0;                                                                       \
+        for (int64_t k = 0; k < K; k++) {                                                                       \
+            const __m256 w0 = _mm256_loadu_ps(wb + k * 16), w1 = _mm256_loadu_ps(wb + k * 16 + 8);              \
+            AVX2_ROW(0, a0, b0) AVX2_ROW(1, a1, b1) AVX2_ROW(2, a2, b2)                                         \
+            AVX2_ROW(3, a3, b3) AVX2_ROW(4, a4, b4) AVX2_ROW(5, a5, b5)                                         \
+        }                                                                                                       \
+        AVX2_STORE(0, a0, b0) AVX2_STORE(1, a1, b1) AVX2_STORE(2, a2, b2)                                       \
+        AVX2_STORE(3, a3, b3) AVX2_STORE(4, a4, b4) AVX2_STORE(5, a5, b5)                                       \
+    }
+LINEAR_TILE_AVX2(avx2_1, 1) LINEAR_TILE_AVX2(avx2_2, 2) LINEAR_TILE_AVX2(avx2_3, 3)
+LINEAR_TILE_AVX2(avx2_4, 4) LINEAR_TILE_AVX2(avx2_5, 5) LINEAR_TILE_AVX2(avx2_6, 6)
+static const linear_tiles avx512_tiles = TILE_TABLE(avx512, 4, 6);
+static const linear_tiles avx2_tiles = {1, 6, {NULL, avx2_1, avx2_2, avx2_3, avx2_4, avx2_5, avx2_6},
+                                        {NULL, avx2_1, avx2_2, avx2_3, avx2_4, avx2_5, avx2_6}};
 #endif
 
 /* The tiles for an instruction set by name ("avx512", "avx2", "base"; NULL: the best this CPU runs), or NULL
@@ -262,26 +333,30 @@ static const linear_tiles *tiles_for(const char *isa) {
     return strcmp(isa, "base") ? NULL : &base_tiles;
 }
 
-/* Rows r0..r1 of y against blocks b0..b1: tiles of rb_max rows (the last one shorter), bb blocks wide while
- * bb are left, then one. */
+/* Rows r0..r1 of y against blocks b0..b1, in groups of 4 blocks: for each group, every tile of rows (rb_max
+ * tall, the last one shorter) against the group's blocks, bb at a time while bb are left, then one; so a tile's
+ * rows stay in L1 across the group, and the group's weights in L2 across the tiles. */
 static void linear_part(const linear_tiles *t, const float *x, const float *w, const float *bias, float *y,
                         int64_t K, int64_t N, int64_t r0, int64_t r1, int64_t b0, int64_t b1) {
     float out[6 * 4 * 16];
-    for (int64_t b = b0; b < b1;) {
-        const int bb = b1 - b >= t->bb ? t->bb : 1;
+    for (int64_t g = b0; g < b1; g += 4) {
+        const int64_t g1 = b1 - g < 4 ? b1 : g + 4;
         for (int64_t r = r0; r < r1; r += t->rb_max) {
             const int nr = r1 - r < t->rb_max ? (int)(r1 - r) : t->rb_max;
-            (bb == t->bb ? t->wide : t->narrow)[nr](x + r * K, w + b * K * 16, K, out);
-            for (int i = 0; i < nr; i++)
-                for (int j = 0; j < bb; j++) {
-                    const int64_t n0 = (b + j) * 16;
-                    const int lanes = N - n0 < 16 ? (int)(N - n0) : 16;
-                    const float *o = out + (i * bb + j) * 16;
-                    float *yr = y + (r + i) * N + n0;
-                    for (int l = 0; l < lanes; l++) yr[l] = bias ? o[l] + bias[n0 + l] : o[l];
-                }
+            for (int64_t b = g; b < g1;) {
+                const int bb = g1 - b >= t->bb ? t->bb : 1;
+                (bb == t->bb ? t->wide : t->narrow)[nr](x + r * K, w + b * K * 16, K, out);
+                for (int i = 0; i < nr; i++)
+                    for (int j = 0; j < bb; j++) {
+                        const int64_t n0 = (b + j) * 16;
+                        const int lanes = N - n0 < 16 ? (int)(N - n0) : 16;
+                        const float *o = out + (i * bb + j) * 16;
+                        float *yr = y + (r + i) * N + n0;
+                        for (int l = 0; l < lanes; l++) yr[l] = bias ? o[l] + bias[n0 + l] : o[l];
+                    }
+                b += bb;
+            }
         }
-        b += bb;
     }
 }
 
@@ -355,45 +430,114 @@ static PyObject *linear(PyObject *self, PyObject *args) {
 
 /* ---- int8_linear ---- */
 
-#ifdef HAVE_VNNI_KERNEL
+#ifdef HAVE_INT8_KERNELS
 #define VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
 
 /* One tile: RB rows of x as u8 (q + 128, Kp = 4 * Kq bytes a row) against BB blocks (block j at wb + j * Kq * 64)
- * -> out[RB][BB][16] int32: sum over k of (q + 128) * w. */
+ * -> out[RB][BB][16] int32: sum over k of (q + 128) * w. Each accumulator a variable of its own (as the float
+ * tiles'). */
+#define VNNI_ROW(r, A, B, C, D)                                                                                 \
+    if (rows > r) {                                                                                             \
+        int32_t four;                                                                                           \
+        memcpy(&four, x + r * Kp + 4 * kq, 4);                                                                  \
+        const __m512i xb = _mm512_set1_epi32(four);                                                             \
+        A = _mm512_dpbusd_epi32(A, xb, w0);                                                                     \
+        if (wide > 1) {                                                                                         \
+            B = _mm512_dpbusd_epi32(B, xb, w1);                                                                 \
+            C = _mm512_dpbusd_epi32(C, xb, w2);                                                                 \
+            D = _mm512_dpbusd_epi32(D, xb, w3);                                                                 \
+        }                                                                                                       \
+    }
+#define VNNI_STORE(r, A, B, C, D)                                                                               \
+    if (rows > r) {                                                                                             \
+        _mm512_storeu_si512(out + (r * wide) * 16, A);                                                          \
+        if (wide > 1) {                                                                                         \
+            _mm512_storeu_si512(out + (r * wide + 1) * 16, B);                                                  \
+            _mm512_storeu_si512(out + (r * wide + 2) * 16, C);                                                  \
+            _mm512_storeu_si512(out + (r * wide + 3) * 16, D);                                                  \
+        }                                                                                                       \
+    }
 #define INT8_TILE(NAME, RB, BB)                                                                                 \
     VNNI static void NAME(const uint8_t *x, int64_t Kp, const int8_t *wb, int64_t Kq, int32_t *out) {          \
-        __m512i acc[RB][BB];                                                                                    \
-        for (int r = 0; r < RB; r++)                                                                            \
-            for (int j = 0; j < BB; j++) acc[r][j] = _mm512_setzero_si512();                                   \
+        const int rows = RB, wide = BB;                                                                         \
+        const __m512i z = _mm512_setzero_si512();                                                               \
+        __m512i a0 = z, b0 = z, c0 = z, d0 = z, a1 = z, b1 = z, c1 = z, d1 = z;                                 \
+        __m512i a2 = z, b2 = z, c2 = z, d2 = z, a3 = z, b3 = z, c3 = z, d3 = z;                                 \
         for (int64_t kq = 0; kq < Kq; kq++) {                                                                   \
-            __m512i w[BB];                                                                                      \
-            for (int j = 0; j < BB; j++) w[j] = _mm512_loadu_si512(wb + (j * Kq + kq) * 64);                   \
-            for (int r = 0; r < RB; r++) {                                                                      \
-                int32_t four;                                                                                   \
-                memcpy(&four, x + r * Kp + 4 * kq, 4);                                                          \
-                const __m512i xb = _mm512_set1_epi32(four);                                                     \
-                for (int j = 0; j < BB; j++) acc[r][j] = _mm512_dpbusd_epi32(acc[r][j], xb, w[j]);              \
-            }                                                                                                   \
+            const __m512i w0 = _mm512_loadu_si512(wb + kq * 64);                                               \
+            const __m512i w1 = wide > 1 ? _mm512_loadu_si512(wb + (Kq + kq) * 64) : z;                          \
+            const __m512i w2 = wide > 1 ? _mm512_loadu_si512(wb + (2 * Kq + kq) * 64) : z;                      \
+            const __m512i w3 = wide > 1 ? _mm512_loadu_si512(wb + (3 * Kq + kq) * 64) : z;                      \
+            VNNI_ROW(0, a0, b0, c0, d0) VNNI_ROW(1, a1, b1, c1, d1)                                             \
+            VNNI_ROW(2, a2, b2, c2, d2) VNNI_ROW(3, a3, b3, c3, d3)                                             \
         }                                                                                                       \
-        for (int r = 0; r < RB; r++)                                                                            \
-            for (int j = 0; j < BB; j++) _mm512_storeu_si512(out + (r * BB + j) * 16, acc[r][j]);              \
+        VNNI_STORE(0, a0, b0, c0, d0) VNNI_STORE(1, a1, b1, c1, d1)                                             \
+        VNNI_STORE(2, a2, b2, c2, d2) VNNI_STORE(3, a3, b3, c3, d3)                                             \
     }
 
 typedef void (*int8_tile)(const uint8_t *, int64_t, const int8_t *, int64_t, int32_t *);
 /* 4 rows x 4 blocks: 16 accumulators (6 x 4 spilled and ran 1.5x slower at 64-256 rows) */
 INT8_TILE(i8_w1, 1, 4) INT8_TILE(i8_w2, 2, 4) INT8_TILE(i8_w3, 3, 4) INT8_TILE(i8_w4, 4, 4)
 INT8_TILE(i8_n1, 1, 1) INT8_TILE(i8_n2, 2, 1) INT8_TILE(i8_n3, 3, 1) INT8_TILE(i8_n4, 4, 1)
-static const int8_tile int8_wide[5] = {NULL, i8_w1, i8_w2, i8_w3, i8_w4};
-static const int8_tile int8_narrow[5] = {NULL, i8_n1, i8_n2, i8_n3, i8_n4};
+
+/* AVX2 without VNNI: the same sums, exactly, from vpmaddwd on both operands widened to 16 bits (u8 * s8 pairs
+ * summed in int32: no saturation, unlike vpmaddubsw). One block (4 registers of 4 outputs x 4 inputs) by up to
+ * 2 rows: 8 accumulators of 16 registers; each register's 8 lanes are 4 outputs' two pair sums, added at the
+ * end. */
+#define AVX2I __attribute__((target("avx2,fma")))
+#define AVX2_INT8_ROW(r, A, B, C, D)                                                                            \
+    if (rows > r) {                                                                                             \
+        int32_t four;                                                                                           \
+        memcpy(&four, x + r * Kp + 4 * kq, 4);                                                                  \
+        const __m256i xb = _mm256_broadcastq_epi64(_mm_cvtepu8_epi16(_mm_cvtsi32_si128(four)));                 \
+        A = _mm256_add_epi32(A, _mm256_madd_epi16(w0, xb));                                                     \
+        B = _mm256_add_epi32(B, _mm256_madd_epi16(w1, xb));                                                     \
+        C = _mm256_add_epi32(C, _mm256_madd_epi16(w2, xb));                                                     \
+        D = _mm256_add_epi32(D, _mm256_madd_epi16(w3, xb));                                                     \
+    }
+#define AVX2_INT8_STORE(r, A, B, C, D)                                                                          \
+    if (rows > r) {                                                                                             \
+        const __m256i parts[4] = {A, B, C, D};                                                                  \
+        for (int j = 0; j < 4; j++) {                                                                           \
+            int32_t lanes[8];                                                                                   \
+            _mm256_storeu_si256((__m256i *)lanes, parts[j]);                                                    \
+            for (int o = 0; o < 4; o++) out[r * 16 + 4 * j + o] = lanes[2 * o] + lanes[2 * o + 1];             \
+        }                                                                                                       \
+    }
+#define INT8_TILE_AVX2(NAME, RB)                                                                                 \
+    AVX2I static void NAME(const uint8_t *x, int64_t Kp, const int8_t *wb, int64_t Kq, int32_t *out) {          \
+        const int rows = RB;                                                                                    \
+        const __m256i z = _mm256_setzero_si256();                                                               \
+        __m256i a0 = z, b0 = z, c0 = z, d0 = z, a1 = z, b1 = z, c1 = z, d1 = z;                                 \
+        for (int64_t kq = 0; kq < Kq; kq++) {                                                                   \
+            const int8_t *w = wb + kq * 64;                                                                     \
+            const __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w));                      \
+            const __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + 16)));               \
+            const __m256i w2 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + 32)));               \
+            const __m256i w3 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + 48)));               \
+            AVX2_INT8_ROW(0, a0, b0, c0, d0) AVX2_INT8_ROW(1, a1, b1, c1, d1)                                   \
+        }                                                                                                       \
+        AVX2_INT8_STORE(0, a0, b0, c0, d0) AVX2_INT8_STORE(1, a1, b1, c1, d1)                                   \
+    }
+INT8_TILE_AVX2(i8_avx2_1, 1) INT8_TILE_AVX2(i8_avx2_2, 2)
+
+typedef void (*int8_finish)(const int32_t *, const int32_t *, const float *, const float *, float, float *, int);
+typedef struct {
+    int bb, rb_max;
+    int8_tile wide[5], narrow[5];  /* [rows]: bb blocks, 1 block */
+    int8_finish epilogue;
+} int8_tiles;
 
 static int vnni_here(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vnni");
 }
-#else
-static int vnni_here(void) { return 0; }
-#endif
+
+static int avx2_here(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
 
 /* Rows r0..r1 of x [R, K] -> u8 [R, Kp]: q + 128 with q = rint(x * 127 / a), a = max |x_r| (at least FLT_MIN), the
  * padding 128 (q = 0); row_scale[r] = a / 127. A row holding NaN or an infinity gets q = 0 and a NaN scale: its
@@ -436,7 +580,6 @@ static void int8_quantize_rows(const float *x, int64_t r0, int64_t r1, int64_t K
     }
 }
 
-#ifdef HAVE_VNNI_KERNEL
 /* 16 outputs (the first ``lanes`` of them) of one row: (sum - 128 * colsum) * (a * w_scale) (+ bias), the same
  * operations in the same order for every lane, masked where a block is the last, short one. */
 VNNI static void int8_epilogue(const int32_t *sums, const int32_t *colsum, const float *w_scale, const float *bias,
@@ -444,28 +587,61 @@ VNNI static void int8_epilogue(const int32_t *sums, const int32_t *colsum, const
     const __mmask16 m = lanes == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << lanes) - 1);
     const __m512i total = _mm512_sub_epi32(_mm512_loadu_si512(sums),
                                            _mm512_slli_epi32(_mm512_maskz_loadu_epi32(m, colsum), 7));
-    __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(total),
-                             _mm512_mul_ps(_mm512_set1_ps(a), _mm512_maskz_loadu_ps(m, w_scale)));
-    if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bias));
+    const __m512 scale = _mm512_mul_ps(_mm512_set1_ps(a), _mm512_maskz_loadu_ps(m, w_scale));
+    const __m512 v = bias ? _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), scale, _mm512_maskz_loadu_ps(m, bias))
+                          : _mm512_mul_ps(_mm512_cvtepi32_ps(total), scale);
     _mm512_mask_storeu_ps(y, m, v);
+}
+
+/* The same epilogue in two halves of 8 lanes: the same bits. */
+AVX2I static void int8_epilogue_avx2(const int32_t *sums, const int32_t *colsum, const float *w_scale,
+                                     const float *bias, float a, float *y, int lanes) {
+    int32_t c[16] = {0};
+    float ws[16] = {0}, b[16] = {0}, out[16];
+    memcpy(c, colsum, (size_t)lanes * sizeof(int32_t));
+    memcpy(ws, w_scale, (size_t)lanes * sizeof(float));
+    if (bias) memcpy(b, bias, (size_t)lanes * sizeof(float));
+    for (int h = 0; h < 16; h += 8) {
+        const __m256i total = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)(sums + h)),
+                                               _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(c + h)), 7));
+        const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(a), _mm256_loadu_ps(ws + h));
+        const __m256 v = bias ? _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), scale, _mm256_loadu_ps(b + h))
+                              : _mm256_mul_ps(_mm256_cvtepi32_ps(total), scale);
+        _mm256_storeu_ps(out + h, v);
+    }
+    memcpy(y, out, (size_t)lanes * sizeof(float));
+}
+
+static const int8_tiles vnni_int8 = {4, 4, {NULL, i8_w1, i8_w2, i8_w3, i8_w4}, {NULL, i8_n1, i8_n2, i8_n3, i8_n4},
+                                     int8_epilogue};
+static const int8_tiles avx2_int8 = {1, 2, {NULL, i8_avx2_1, i8_avx2_2}, {NULL, i8_avx2_1, i8_avx2_2},
+                                     int8_epilogue_avx2};
+
+/* The int8 tiles for an instruction set by name ("avx512vnni", "avx2"; NULL: the best this CPU runs), or NULL
+ * where this CPU cannot run them. */
+static const int8_tiles *int8_tiles_for(const char *isa) {
+    if (!isa) return vnni_here() ? &vnni_int8 : avx2_here() ? &avx2_int8 : NULL;
+    if (!strcmp(isa, "avx512vnni")) return vnni_here() ? &vnni_int8 : NULL;
+    if (!strcmp(isa, "avx2")) return avx2_here() ? &avx2_int8 : NULL;
+    return NULL;
 }
 
 /* Rows r0..r1 against blocks b0..b1, then the epilogue: (sum - 128 * colsum[n]) * row_scale[r] * w_scale[n]
  * (+ bias[n]). */
-static void int8_part(const uint8_t *q, const float *row_scale, const int8_t *w, const int32_t *colsum,
-                      const float *w_scale, const float *bias, float *y, int64_t Kq, int64_t N, int64_t r0, int64_t r1,
-                      int64_t b0, int64_t b1) {
+static void int8_part(const int8_tiles *t, const uint8_t *q, const float *row_scale, const int8_t *w,
+                      const int32_t *colsum, const float *w_scale, const float *bias, float *y, int64_t Kq, int64_t N,
+                      int64_t r0, int64_t r1, int64_t b0, int64_t b1) {
     int32_t out[4 * 4 * 16];
     const int64_t Kp = 4 * Kq;
     for (int64_t b = b0; b < b1;) {
-        const int bb = b1 - b >= 4 ? 4 : 1;
-        for (int64_t r = r0; r < r1; r += 4) {
-            const int nr = r1 - r < 4 ? (int)(r1 - r) : 4;
-            (bb == 4 ? int8_wide : int8_narrow)[nr](q + r * Kp, Kp, w + b * Kq * 64, Kq, out);
+        const int bb = b1 - b >= t->bb ? t->bb : 1;
+        for (int64_t r = r0; r < r1; r += t->rb_max) {
+            const int nr = r1 - r < t->rb_max ? (int)(r1 - r) : t->rb_max;
+            (bb == t->bb ? t->wide : t->narrow)[nr](q + r * Kp, Kp, w + b * Kq * 64, Kq, out);
             for (int i = 0; i < nr; i++)
                 for (int j = 0; j < bb; j++) {
                     const int64_t n0 = (b + j) * 16;
-                    int8_epilogue(out + (i * bb + j) * 16, colsum + n0, w_scale + n0, bias ? bias + n0 : NULL,
+                    t->epilogue(out + (i * bb + j) * 16, colsum + n0, w_scale + n0, bias ? bias + n0 : NULL,
                                   row_scale[r + i], y + (r + i) * N + n0, N - n0 < 16 ? (int)(N - n0) : 16);
                 }
         }
@@ -474,24 +650,31 @@ static void int8_part(const uint8_t *q, const float *row_scale, const int8_t *w,
 }
 #endif
 
-/* int8_linear(x, packed, colsum, w_scale, bias, y, R, K, N, threads): x [R, K] float32, packed
+/* int8_linear(x, packed, colsum, w_scale, bias, y, R, K, N, threads[, isa]): x [R, K] float32, packed
  * [ceil(N / 16), ceil(K / 4), 16, 4] int8, colsum [N] int32 (each output's sum of its int8 weights), w_scale [N]
- * float32, bias [N] or 0, y [R, N] float32; all contiguous. AVX-512 VNNI only (int8_linear_here()). */
+ * float32, bias [N] or 0, y [R, N] float32; all contiguous. AVX-512 VNNI or AVX2 tiles (int8_linear_here());
+ * isa: one of them by name (for tests). */
 static PyObject *int8_linear(PyObject *self, PyObject *args) {
     unsigned long long x, packed, colsum, w_scale, bias, y;
     long long R, K, N;
     int threads;
-    if (!PyArg_ParseTuple(args, "KKKKKKLLLi", &x, &packed, &colsum, &w_scale, &bias, &y, &R, &K, &N, &threads))
+    const char *isa = NULL;
+    if (!PyArg_ParseTuple(args, "KKKKKKLLLi|z", &x, &packed, &colsum, &w_scale, &bias, &y, &R, &K, &N, &threads,
+                          &isa))
         return NULL;
     if (R < 0 || K <= 0 || N <= 0 || threads <= 0) {
         PyErr_SetString(PyExc_ValueError, "int8_linear: bad shape");
         return NULL;
     }
-    if (!vnni_here()) {
-        PyErr_SetString(PyExc_ValueError, "int8_linear: this CPU has no AVX-512 VNNI");
+#ifndef HAVE_INT8_KERNELS
+    PyErr_SetString(PyExc_ValueError, "int8_linear: built for x86-64 with GCC only");
+    return NULL;
+#else
+    const int8_tiles *tiles = int8_tiles_for(isa);
+    if (!tiles) {
+        PyErr_Format(PyExc_ValueError, "int8_linear: this CPU cannot run the %s tiles", isa ? isa : "int8 (AVX2)");
         return NULL;
     }
-#ifdef HAVE_VNNI_KERNEL
     const int64_t Kq = (K + 3) / 4, NB = (N + 15) / 16;
     uint8_t *q = malloc((size_t)(R * 4 * Kq) + 1);
     float *row_scale = malloc((size_t)R * sizeof(float) + 1);
@@ -519,7 +702,7 @@ static PyObject *int8_linear(PyObject *self, PyObject *args) {
 #pragma omp barrier
 #endif
         const int64_t tn = t % split_n, tr = t / split_n;
-        int8_part(q, row_scale, (const int8_t *)(uintptr_t)packed, (const int32_t *)(uintptr_t)colsum,
+        int8_part(tiles, q, row_scale, (const int8_t *)(uintptr_t)packed, (const int32_t *)(uintptr_t)colsum,
                   (const float *)(uintptr_t)w_scale, (const float *)(uintptr_t)bias, (float *)(uintptr_t)y, Kq, N,
                   R * tr / split_r, R * (tr + 1) / split_r, NB * tn / split_n, NB * (tn + 1) / split_n);
     }
@@ -530,7 +713,24 @@ static PyObject *int8_linear(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static PyObject *int8_linear_here(PyObject *self, PyObject *args) { return PyBool_FromLong(vnni_here()); }
+/* int8_linear_here(): the best instruction set int8_linear runs here ("avx512vnni", "avx2"), or None. */
+/* linear_here(): the instruction set linear's tiles use here ("avx512", "avx2", "base"). */
+static PyObject *linear_here(PyObject *self, PyObject *args) {
+    const linear_tiles *t = tiles_for(NULL);
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    if (t == &avx512_tiles) return PyUnicode_FromString("avx512");
+    if (t == &avx2_tiles) return PyUnicode_FromString("avx2");
+#endif
+    return PyUnicode_FromString(t == &base_tiles ? "base" : "?");
+}
+
+static PyObject *int8_linear_here(PyObject *self, PyObject *args) {
+#ifdef HAVE_INT8_KERNELS
+    if (vnni_here()) return PyUnicode_FromString("avx512vnni");
+    if (avx2_here()) return PyUnicode_FromString("avx2");
+#endif
+    Py_RETURN_NONE;
+}
 
 /* Each row divided by its largest |x|: that magnitude NaN if the row holds a NaN (as torch's amax), at least
  * FLT_MIN (clamp_min). The maximum and the NaN test are separate reductions, so that both vectorize. */
@@ -584,8 +784,9 @@ static PyMethodDef methods[] = {
     {"pack_linear", pack_linear, METH_VARARGS, "pack_linear(weight, packed, N, K): see worker/linear.py"},
     {"linear", linear, METH_VARARGS, "linear(x, packed, bias, y, R, K, N, threads[, isa]): see worker/linear.py"},
     {"int8_linear", int8_linear, METH_VARARGS,
-     "int8_linear(x, packed, colsum, w_scale, bias, y, R, K, N, threads): see worker/quant.py"},
-    {"int8_linear_here", int8_linear_here, METH_NOARGS, "whether this CPU runs int8_linear (AVX-512 VNNI)"},
+     "int8_linear(x, packed, colsum, w_scale, bias, y, R, K, N, threads[, isa]): see worker/quant.py"},
+    {"linear_here", linear_here, METH_NOARGS, "the instruction set linear runs here"},
+    {"int8_linear_here", int8_linear_here, METH_NOARGS, "the instruction set int8_linear runs here, or None"},
     {"decode_attention", decode_attention, METH_VARARGS,
      "decode_attention(q, k_pool, v_pool, gather, mask, out, B, H, KVH, D, L, scale[, threads]): see "
      "worker/cpu_attention.py"},

@@ -10,11 +10,10 @@ AVX-512 dev VM, the two alternating in one process (benchmarks/linear_ab.py,
 issue28_linear_ab.json):
 
     rows      1        4        16       64       256
-    packed    17.6 ms  18.0 ms  29.0 ms  87.5 ms  345 ms
-    onednn    25.5 ms  23.4 ms  33.7 ms  91.1 ms  339 ms
+    packed    14.5 ms  15.1 ms  28.6 ms  92.7 ms  349 ms
+    onednn    24.9 ms  19.7 ms  33.0 ms  104 ms   346 ms
 
-Whole decode steps 1.46-1.57x faster at one row, 1.14-1.20x at 16, 1.06-1.09x
-at 64. One row is memory-bound: packed streams each block of weights once,
+Whole decode steps 1.55-1.68x faster at one row, 1.13x at 16, 1.05x at 64. One row is memory-bound: packed streams each block of weights once,
 at about the rate a two-thread ``sum`` reads memory here (~30 GB/s); oneDNN's
 1-row path reaches about two thirds of it.
 
@@ -33,8 +32,12 @@ Results agree with ``F.linear`` to float rounding (a different summation
 order), not bit for bit.
 
 What each CPU gets (``auto``): ``packed`` for float32 where the compiled
-kernels are built (AVX-512, AVX2+FMA and baseline tiles, picked at import),
-else oneDNN for float32 on any x86 CPU oneDNN supports (AVX2 and up); oneDNN for bfloat16 only where the CPU has the
+kernels are built and the CPU has AVX-512 or AVX2+FMA (tiles for each, picked
+at import, the same bits on both; a baseline x86-64 or non-x86 build runs
+only when asked for), else oneDNN for float32 on any x86 CPU oneDNN supports;
+on this machine with oneDNN capped to AVX2 (``ONEDNN_MAX_CPU_ISA=AVX2``) and
+the AVX2 tiles, a step's projections 12.7 against 22.6 ms at one row, 35.5
+against 40.9 at 16, 346 against 365 at 256; oneDNN for bfloat16 only where the CPU has the
 instructions oneDNN's bf16 path needs (AVX-512 BW/VL/DQ, or AVX-NE-CONVERT;
 AVX-512-BF16 and AMX make it fast), ``F.linear`` for bfloat16 elsewhere;
 ``F.linear`` for float16 and on CUDA (cuBLAS). The check asks torch's oneDNN
@@ -184,12 +187,13 @@ def resolve_backend(requested: str, device: torch.device, dtype: torch.dtype, qu
     if requested == "aten":
         return BackendChoice("aten", "asked for")
     if requested == "packed" or (requested == "auto" and device.type == "cpu" and dtype == torch.float32
-                                 and cpu_kernels.native is not None):
+                                 and cpu_kernels.native is not None and cpu_kernels.native.linear_here() != "base"):
         unsupported = packed_unsupported(device, dtype)
         if unsupported:
             raise ValueError(f"{ENV_LINEAR_BACKEND}=packed cannot run: {unsupported}")
         return BackendChoice("packed", "asked for" if requested == "packed" else
-                             "auto: float32 weights packed in 16-output blocks, compiled kernel")
+                             f"auto: float32 weights packed in 16-output blocks, compiled kernel "
+                             f"({cpu_kernels.native.linear_here()})")
     unsupported = onednn_unsupported(device, dtype)
     if requested == "onednn":
         if unsupported:

@@ -2,19 +2,24 @@
 
 Two kernels, one chosen at load for the machine (``int8_kernel``):
 
-- ``PackedInt8Linear`` where the CPU has AVX-512 VNNI and the compiled kernels
-  are built: our own (``_cpu_kernels.c``'s ``int8_linear``). The weight int8
-  per output channel (symmetric, ``scale_c = max|W_c| / 127``) in 64-byte
-  groups of 4 inputs x 16 outputs, as ``vpdpbusd`` reads them; each row of x
+- ``PackedInt8Linear`` where the compiled kernels are built and the CPU has
+  AVX2 (AVX-512 VNNI: ``vpdpbusd``; AVX2: ``vpmaddwd`` on operands widened to
+  16 bits, the same integer sums, so the same bits): our own
+  (``_cpu_kernels.c``'s ``int8_linear``). The weight int8 per output channel
+  (symmetric, ``scale_c = max|W_c| / 127``) in 64-byte groups of 4 inputs x 16
+  outputs, as ``vpdpbusd`` reads them; each row of x
   quantized on its own (``q = rint(127 x / max|x_r|)``) inside the call; int32
   sums, exact, then ``(sum) * a_r / 127 * scale_c (+ b_c)`` per element. So a
   row's result is the same bits alone or in any batch, and a row holding NaN
   spoils that row only. One row is memory-bound: a quarter of float32's bytes.
-  SmolLM2-135M's 121 projections, 2 threads (benchmarks/linear_ab.py --int8):
-  6.0 against fbgemm's 9.6 ms at one row, 12.2 against 19.1 at 16, 128
-  against 204 at 256.
-- ``Int8Linear`` elsewhere: fbgemm's int8 GEMM through torch's quantized
-  operators, as described below.
+  SmolLM2-135M's 121 projections, 2 threads (benchmarks/linear_ab.py --int8),
+  AVX-512 VNNI: 6.0 against fbgemm's 9.6 ms at one row, 10.5 against 14.7 at
+  16, 110 against 151 at 256. The AVX2 tiles on the same machine: 5.4 ms at
+  one row, 26 at 16, 369 at 256 (our float32 AVX2 tiles: 16.8, 35.6, 346);
+  fbgemm's AVX2 path could not be measured beside them (no AVX2-only CPU here,
+  and fbgemm picks its kernels by CPUID).
+- ``Int8Linear`` elsewhere (no compiler at install, a CPU without AVX2):
+  fbgemm's int8 GEMM through torch's quantized operators, as described below.
 
 The weight: int8 per output channel (symmetric, ``scale_c = max|W_c| / 127``),
 packed once at load for fbgemm's int8 GEMM (``quantized.linear_prepack``).
@@ -88,7 +93,8 @@ def int8_kernel() -> Int8Kernel:
     """The int8 projection this machine runs: the packed VNNI kernel where it can, else fbgemm's."""
     unsupported = packed_int8_unsupported()
     if unsupported is None:
-        return Int8Kernel(PackedInt8Linear, "packed, AVX-512 VNNI")
+        isa = cpu_kernels.native.int8_linear_here()
+        return Int8Kernel(PackedInt8Linear, f"packed, {'AVX-512 VNNI' if isa == 'avx512vnni' else 'AVX2'}")
     return Int8Kernel(Int8Linear, f"fbgemm, because {unsupported}")
 
 
@@ -103,16 +109,18 @@ def packed_int8_unsupported() -> str | None:
     """Why ``PackedInt8Linear`` cannot run here, or None."""
     if cpu_kernels.native is None:
         return cpu_kernels.unavailable()
-    if not cpu_kernels.native.int8_linear_here():
-        return "this CPU has no AVX-512 VNNI (the packed int8 kernel's vpdpbusd)"
+    if cpu_kernels.native.int8_linear_here() is None:
+        return "the packed int8 kernel needs AVX2 (or AVX-512 VNNI), which this CPU does not offer"
     return None
 
 
 class PackedInt8Linear:
-    """``y = x @ W.T + b``, W int8 per output channel, x int8 per row, on the compiled VNNI kernel."""
+    """``y = x @ W.T + b``, W int8 per output channel, x int8 per row, on the compiled kernel. ``isa``: one
+    instruction set's tiles ("avx512vnni", "avx2"; tests run both where the CPU can), else the best here."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, isa: str | None = None):
         self.out_features, self.in_features = weight.shape
+        self.isa = isa
         q, self.scale = channel_int8(weight)
         self.colsum = q.sum(dim=1, dtype=torch.int32)  # the kernel's u8 inputs are q + 128: it takes 128 * this off
         blocks, quads = -(-self.out_features // 16), -(-self.in_features // 4)
@@ -133,7 +141,7 @@ class PackedInt8Linear:
         cpu_kernels.native.int8_linear(rows.data_ptr(), self.packed.data_ptr(), self.colsum.data_ptr(),
                                        self.scale.data_ptr(), 0 if self.bias is None else self.bias.data_ptr(),
                                        y.data_ptr(), rows.shape[0], self.in_features, self.out_features,
-                                       torch.get_num_threads())
+                                       torch.get_num_threads(), self.isa)
         y = y.view(*x.shape[:-1], self.out_features)
         return y if dtype == torch.float32 else y.to(dtype)
 

@@ -140,6 +140,31 @@ def test_a_packed_row_is_the_same_bits_alone_or_in_any_batch(isa):
 
 
 @needs_kernels
+def test_the_avx2_and_avx512_tiles_give_the_same_bits():
+    """Both are one chain of fused multiply-adds per output, in input order: AVX2 and AVX-512 machines serve a
+    float32 model alike."""
+    torch.manual_seed(3)
+    weight, bias, x = torch.randn(300, 200), torch.randn(300), torch.randn(13, 200)
+    assert torch.equal(_packed(weight, bias, "avx512")(x), _packed(weight, bias, "avx2")(x))
+
+
+@needs_kernels
+def test_auto_leaves_the_baseline_tiles_to_an_explicit_request(monkeypatch):
+    """A CPU with neither AVX2 nor AVX-512 gets oneDNN (or F.linear) from auto; ``packed`` still runs if asked."""
+    class Baseline:
+        def __getattr__(self, name):
+            return getattr(native, name)
+
+        def linear_here(self):
+            return "base"
+
+    native = cpu_kernels.native
+    monkeypatch.setattr(cpu_kernels, "native", Baseline())
+    assert resolve_backend("auto", CPU, torch.float32).name in ("onednn", "aten")
+    assert resolve_backend("packed", CPU, torch.float32).name == "packed"
+
+
+@needs_kernels
 def test_packed_takes_any_leading_shape_and_no_rows():
     torch.manual_seed(1)
     weight = torch.randn(40, 24)

@@ -85,15 +85,29 @@ def test_the_factory_counts_int8_bytes():
     assert make.float32_bytes == 4 * (64 * 32 + 16 * 32 + 16)
 
 
+def _packed_int8(weight, bias, isa):
+    """PackedInt8Linear on one instruction set's tiles; skips where this CPU cannot run them."""
+    linear = PackedInt8Linear(weight, bias, isa)
+    try:
+        linear(torch.zeros(1, weight.shape[1]))
+    except ValueError as exc:
+        pytest.skip(str(exc))
+    return linear
+
+
+INT8_ISAS = ["avx512vnni", "avx2"]
+
+
 @pytest.mark.skipif(packed_int8_unsupported() is not None, reason=str(packed_int8_unsupported()))
+@pytest.mark.parametrize("isa", INT8_ISAS)
 @pytest.mark.parametrize("out_features, in_features", [(96, 64), (17, 5), (50, 48), (3, 1), (200, 1537)])
 @pytest.mark.parametrize("threads", [1, 2, 3])
-def test_packed_int8_is_the_integer_product_of_its_quantized_operands(out_features, in_features, threads):
+def test_packed_int8_is_the_integer_product_of_its_quantized_operands(isa, out_features, in_features, threads):
     """Against the same quantization done in float64 here: every tile (1..4 rows, 4 and 1 blocks wide), outputs
     not a multiple of 16, inputs not a multiple of 4, one to three threads."""
     torch.manual_seed(out_features + in_features)
     weight, bias = torch.randn(out_features, in_features), torch.randn(out_features)
-    linear = PackedInt8Linear(weight, bias)
+    linear = _packed_int8(weight, bias, isa)
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -107,6 +121,17 @@ def test_packed_int8_is_the_integer_product_of_its_quantized_operands(out_featur
             torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-4)
     finally:
         torch.set_num_threads(previous)
+
+
+@pytest.mark.skipif(packed_int8_unsupported() is not None, reason=str(packed_int8_unsupported()))
+def test_both_instruction_sets_give_the_same_bits():
+    """VNNI's u8 x s8 dot products and AVX2's widened pair products are the same integer sums, and the epilogue
+    the same operations: an AVX-512 machine and an AVX2 one serve the same int8 model alike."""
+    torch.manual_seed(5)
+    weight, bias, x = torch.randn(300, 200), torch.randn(300), torch.randn(11, 200)
+    vnni, avx2 = _packed_int8(weight, bias, "avx512vnni"), _packed_int8(weight, bias, "avx2")
+    assert torch.equal(vnni(x), avx2(x))
+    assert torch.equal(_packed_int8(weight, None, "avx512vnni")(x), _packed_int8(weight, None, "avx2")(x))
 
 
 @pytest.mark.skipif(packed_int8_unsupported() is not None, reason=str(packed_int8_unsupported()))
