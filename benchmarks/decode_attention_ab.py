@@ -7,7 +7,8 @@
 
 ``--kernel decode_attention`` (the default): the decode attention read in place from the pool
 (cpu_attention.py) against index_select + SDPA, float32 and int8. ``--kernel int8_rows``: the int8
-projections' row scaling (quant.py) against torch's five operators, int8 only. One ModelRunner per
+projections' row scaling (quant.py) against torch's five operators, int8 only (fbgemm's path).
+``--kernel rms_norm``: the decoder's float32 RMSNorm (models/llama.py) against torch's, float32 and int8. One ModelRunner per
 quantization; for each batch (rows x context tokens) the steps alternate between the kernel and torch
 (which goes first flips every step), so the machine's drift falls on both alike. Reports each side's median
 step and torch / kernel (above 1: the kernel is faster).
@@ -30,13 +31,15 @@ from llm_byoc.bench.report import write_json
 from llm_byoc.config import EngineConfig
 from llm_byoc.models.default_model import model_or_default
 from llm_byoc.worker import cpu_attention, cpu_kernels, quant
+from llm_byoc.worker.models import llama
 from llm_byoc.worker.runner import ModelRunner
 
 BATCHES = ((1, 128), (16, 128), (64, 128), (1, 1024), (8, 1024))
 
 
 # where each kernel is looked up: (module, attribute)
-SWITCHES = {"decode_attention": (cpu_attention, "_kernel"), "int8_rows": (quant, "_rows_kernel")}
+SWITCHES = {"decode_attention": (cpu_attention, "_kernel"), "int8_rows": (quant, "_rows_kernel"),
+            "rms_norm": (llama, "_norm_kernel")}
 
 
 def run(model: str, quantization: str, steps: int, switch: str) -> dict:
@@ -82,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {"model": model, "cpu": cpu.describe(), "threads": args.threads, "steps": args.steps,
               "kernel": args.kernel}
     for label, quantization in (("float32", ""), ("int8", "int8")):
-        if args.kernel == "decode_attention" or quantization:
+        if args.kernel != "int8_rows" or quantization:
             report[label] = run(model, quantization, args.steps, args.kernel)
     print(json.dumps(report, indent=1))
     if args.json:

@@ -20,6 +20,9 @@
  * inputs of 16 outputs to a register, as vpdpbusd takes them. Integer sums are exact, the epilogue per element:
  * a row's result is the same bits alone or in any batch, and on any thread count.
  *
+ * rms_norm: y = x / sqrt(mean(x^2) + eps) * weight per row, in float32 (worker/models/llama.py's rms_norm), one
+ * call where torch's CPU rms_norm runs eight operators.
+ *
  * int8_rows: the input of an int8 projection (worker/quant.py): each row divided by its largest magnitude,
  * then the sentinel row [1, 0, ..., 0, -1]; the same bits as torch's abs / amax / clamp_min / div / cat, in one
  * call instead of five.
@@ -732,6 +735,55 @@ static PyObject *int8_linear_here(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ---- rms_norm ---- */
+
+/* Rows r0..r1: the mean of squares summed in 16 lanes, then x * (1 / sqrt(mean + eps)) * weight, in that order
+ * (transformers' LlamaRMSNorm: the normalised row first, then the weight). */
+CLONES
+static void rms_norm_rows(const float *x, const float *weight, float *y, int64_t r0, int64_t r1, int64_t cols,
+                          float eps) {
+    for (int64_t r = r0; r < r1; r++) {
+        const float *row = x + r * cols;
+        float *out = y + r * cols;
+        float lanes[16] = {0};
+        int64_t k = 0;
+        for (; k + 16 <= cols; k += 16)
+            for (int i = 0; i < 16; i++) lanes[i] += row[k + i] * row[k + i];
+        for (int i = 0; k + i < cols; i++) lanes[i] += row[k + i] * row[k + i];
+        const float inv = 1.0f / sqrtf(sum16(lanes) / (float)cols + eps);
+        for (k = 0; k < cols; k++) out[k] = row[k] * inv * weight[k];
+    }
+}
+
+/* rms_norm(x, weight, y, rows, cols, eps, threads): x, y [rows, cols], weight [cols]; contiguous float32. */
+static PyObject *rms_norm(PyObject *self, PyObject *args) {
+    unsigned long long x, weight, y;
+    long long rows, cols;
+    double eps;
+    int threads;
+    if (!PyArg_ParseTuple(args, "KKKLLdi", &x, &weight, &y, &rows, &cols, &eps, &threads)) return NULL;
+    if (rows < 0 || cols <= 0 || threads <= 0) {
+        PyErr_SetString(PyExc_ValueError, "rms_norm: bad shape");
+        return NULL;
+    }
+    const int team = rows * cols >= 65536 && threads > 1 ? threads : 1;
+    Py_BEGIN_ALLOW_THREADS
+#ifdef _OPENMP
+#pragma omp parallel num_threads(team) if (team > 1)
+#endif
+    {
+#ifdef _OPENMP
+        const int64_t t = omp_get_thread_num(), n = omp_get_num_threads();
+#else
+        const int64_t t = 0, n = 1;
+#endif
+        rms_norm_rows((const float *)(uintptr_t)x, (const float *)(uintptr_t)weight, (float *)(uintptr_t)y,
+                      rows * t / n, rows * (t + 1) / n, cols, (float)eps);
+    }
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
 /* Each row divided by its largest |x|: that magnitude NaN if the row holds a NaN (as torch's amax), at least
  * FLT_MIN (clamp_min). The maximum and the NaN test are separate reductions, so that both vectorize. */
 CLONES
@@ -787,6 +839,7 @@ static PyMethodDef methods[] = {
      "int8_linear(x, packed, colsum, w_scale, bias, y, R, K, N, threads[, isa]): see worker/quant.py"},
     {"linear_here", linear_here, METH_NOARGS, "the instruction set linear runs here"},
     {"int8_linear_here", int8_linear_here, METH_NOARGS, "the instruction set int8_linear runs here, or None"},
+    {"rms_norm", rms_norm, METH_VARARGS, "rms_norm(x, weight, y, rows, cols, eps, threads): see worker/models/llama.py"},
     {"decode_attention", decode_attention, METH_VARARGS,
      "decode_attention(q, k_pool, v_pool, gather, mask, out, B, H, KVH, D, L, scale[, threads]): see "
      "worker/cpu_attention.py"},

@@ -125,8 +125,9 @@ def load_model(config: EngineConfig) -> LoadedModel:
         raise ModelLoadError(str(exc)) from None
     log.info("linear kernels: %s (%s)", backend, backend_reason)
     if device.type == "cpu":
-        log.info("CPU kernels: %s", cpu_kernels.unavailable() or "compiled (float32 projections on packed "
-                 "weights, decode attention with keys read in place for float32, int8 rows; worker/cpu_kernels.py)")
+        log.info("CPU kernels: %s", cpu_kernels.unavailable() or "compiled (float32 and int8 projections on "
+                 "packed weights, decode attention with keys read in place for float32, RMSNorm, int8 rows; "
+                 "worker/cpu_kernels.py)")
     make_linear = linear_factory(backend, batch_hint=max_num_seqs)
     if native_reason is None:
         try:

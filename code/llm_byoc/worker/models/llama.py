@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from .. import cpu_kernels
 from ..attention import paged_attention
 from ..batch import StepInputs
 from ..kv_cache import PagedKVCache
@@ -32,10 +33,21 @@ from .rope import LENGTH_ROPE_TYPES, LengthRotary, Rotary
 from .weights import CheckpointWeights
 
 
+_norm_kernel = cpu_kernels.native  # None: torch's rms_norm (benchmarks/decode_attention_ab.py sets it to compare)
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """HF LlamaRMSNorm: normalise in float32, scale in the model dtype. In float32 with one weight per
-    feature that is one call (the same products: x * rsqrt(mean(x^2) + eps), then * weight), not four."""
+    feature that is one call (the same products: x * rsqrt(mean(x^2) + eps), then * weight), not four: on the
+    CPU the compiled ``rms_norm`` (one call where torch's CPU rms_norm runs eight operators; the sum of squares
+    in another order, to a unit or two in the last place), else torch's."""
     if x.dtype == torch.float32 and weight.dtype == torch.float32 and weight.dim() == 1:
+        if _norm_kernel is not None and x.device.type == "cpu":
+            rows = x.reshape(-1, x.shape[-1]).contiguous()
+            out = torch.empty_like(rows)
+            _norm_kernel.rms_norm(rows.data_ptr(), weight.contiguous().data_ptr(), out.data_ptr(), rows.shape[0],
+                                  rows.shape[1], eps, torch.get_num_threads())
+            return out.view(x.shape)
         return F.rms_norm(x, (x.shape[-1],), weight, eps)
     normed = F.rms_norm(x.float(), (x.shape[-1],), eps=eps)
     return weight * normed.to(x.dtype)
