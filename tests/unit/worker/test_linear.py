@@ -17,6 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from kernel_isas import on_isa
 from llm_byoc.worker import cpu_kernels, linear
 from llm_byoc.worker.linear import (
     AtenLinear,
@@ -93,13 +94,7 @@ def test_backend_choice(requested, device, dtype, expected):
 
 
 def _packed(weight, bias, isa):
-    """PackedLinear on one instruction set's tiles; skips where this CPU cannot run them."""
-    packed = PackedLinear(weight, bias, isa)
-    try:
-        packed(torch.zeros(1, weight.shape[1]))
-    except ValueError as exc:
-        pytest.skip(str(exc))
-    return packed
+    return on_isa(PackedLinear, weight, bias, isa)
 
 
 @needs_kernels

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from fixtures.adapters import make_adapter
-from fixtures.step_driver import Request, drive
+from fixtures.step_driver import Request, assert_alone_as_batched, drive
 from llm_byoc.adapters.peft_folder import BaseShapes, check_adapter
 from llm_byoc.config import EngineConfig
 from llm_byoc.protocol import SamplingParams
@@ -59,12 +59,7 @@ def test_a_sequence_s_logprobs_are_the_same_bits_alone_or_batched(int8_runner):
     torch's padded attention instead, logprobs here differ in their last bits."""
     params = SamplingParams(max_new_tokens=12, logprobs=True)
     requests = [Request(f"r{i}", prompt, params) for i, prompt in enumerate(_prompts(3, [9, 30, 4, 17, 22, 6]))]
-    together = drive(int8_runner, requests, num_slots=6, token_budget=256, eos_token_ids=EOS)
-    assert together.max_running == 6
-    for request in requests:
-        alone = drive(int8_runner, [request], num_slots=6, token_budget=256, eos_token_ids=EOS)
-        assert alone.outputs[request.seq_id] == together.outputs[request.seq_id], request.seq_id
-        assert alone.logprobs[request.seq_id] == together.logprobs[request.seq_id], request.seq_id
+    assert_alone_as_batched(int8_runner, requests, EOS)
 
 
 def _prompt_logprobs(runner, prompt: list[int], adapter=None) -> list[float]:

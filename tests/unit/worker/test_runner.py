@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from fixtures.step_driver import Request, drive
+from fixtures.step_driver import Request, assert_alone_as_batched, drive
 from llm_byoc.config import EngineConfig
 from llm_byoc.protocol import NewSequence, SamplingParams, ScheduledChunk, StepBatch
 from llm_byoc.worker import cpu_kernels
@@ -224,12 +224,7 @@ def test_a_float32_sequence_s_logprobs_are_the_same_bits_alone_or_batched(tiny_l
     assert runner.info.linear_backend == "packed"
     params = SamplingParams(max_new_tokens=12, logprobs=True)
     requests = [Request(f"r{i}", prompt, params) for i, prompt in enumerate(_prompts(3, [9, 30, 4, 17, 22, 6]))]
-    together = drive(runner, requests, num_slots=6, token_budget=256, eos_token_ids=EOS)
-    assert together.max_running == 6
-    for request in requests:
-        alone = drive(runner, [request], num_slots=6, token_budget=256, eos_token_ids=EOS)
-        assert alone.outputs[request.seq_id] == together.outputs[request.seq_id], request.seq_id
-        assert alone.logprobs[request.seq_id] == together.logprobs[request.seq_id], request.seq_id
+    assert_alone_as_batched(runner, requests, EOS)
 
 
 def test_greedy_logprobs_are_log_softmax_of_model_logits(tiny_opt_dir):
