@@ -13,9 +13,10 @@ issue28_linear_ab.json):
     packed    14.5 ms  15.1 ms  28.6 ms  92.7 ms  349 ms
     onednn    24.9 ms  19.7 ms  33.0 ms  104 ms   346 ms
 
-Whole decode steps 1.55-1.68x faster at one row, 1.13x at 16, 1.05x at 64. One row is memory-bound: packed streams each block of weights once,
-at about the rate a two-thread ``sum`` reads memory here (~30 GB/s); oneDNN's
-1-row path reaches about two thirds of it.
+Whole decode steps 1.55-1.68x faster at one row, 1.13x at 16, 1.05x at 64.
+One row is memory-bound: packed streams each block of weights once, at about
+the rate a two-thread ``sum`` reads memory here (~30 GB/s); oneDNN's 1-row
+path reaches about two thirds of it.
 
 Decoding is a chain of skinny matmuls (a handful of rows against every
 weight), which is where a CPU step spends its time (~80% on SmolLM2-135M).
@@ -31,13 +32,15 @@ paths do. Measured on the 2-core dev VM (AVX-512, 2 threads, fp32):
 Results agree with ``F.linear`` to float rounding (a different summation
 order), not bit for bit.
 
+The AVX2 tiles against oneDNN capped to AVX2 (``ONEDNN_MAX_CPU_ISA=AVX2``),
+on the same machine: a step's projections 12.7 against 22.6 ms at one row,
+35.5 against 40.9 at 16, 346 against 365 at 256.
+
 What each CPU gets (``auto``): ``packed`` for float32 where the compiled
 kernels are built and the CPU has AVX-512 or AVX2+FMA (tiles for each, picked
 at import, the same bits on both; a baseline x86-64 or non-x86 build runs
 only when asked for), else oneDNN for float32 on any x86 CPU oneDNN supports;
-on this machine with oneDNN capped to AVX2 (``ONEDNN_MAX_CPU_ISA=AVX2``) and
-the AVX2 tiles, a step's projections 12.7 against 22.6 ms at one row, 35.5
-against 40.9 at 16, 346 against 365 at 256; oneDNN for bfloat16 only where the CPU has the
+oneDNN for bfloat16 only where the CPU has the
 instructions oneDNN's bf16 path needs (AVX-512 BW/VL/DQ, or AVX-NE-CONVERT;
 AVX-512-BF16 and AMX make it fast), ``F.linear`` for bfloat16 elsewhere;
 ``F.linear`` for float16 and on CUDA (cuBLAS). The check asks torch's oneDNN

@@ -90,7 +90,8 @@ class Int8Kernel(NamedTuple):
 
 
 def int8_kernel() -> Int8Kernel:
-    """The int8 projection this machine runs: the packed VNNI kernel where it can, else fbgemm's."""
+    """The int8 projection this machine runs: the packed kernel (AVX-512 VNNI or AVX2) where it can, else
+    fbgemm's."""
     unsupported = packed_int8_unsupported()
     if unsupported is None:
         isa = cpu_kernels.native.int8_linear_here()
