@@ -6,6 +6,8 @@
         --json benchmarks/results/issue28_linear_ab.json
     PYTHONPATH=code:. python -m benchmarks.linear_ab --int8 --threads 2 --steps 60 \
         --json benchmarks/results/issue28_int8_linear_ab.json
+    PYTHONPATH=code:. python -m benchmarks.linear_ab --avx2 --threads 2 \
+        --json benchmarks/results/issue28_linear_avx2_ab.json
 
 Two parts. ``projections``: one decode step's projections alone (every weight of the model's shapes, random,
 each used once in order with one elementwise operator between, as a step does), for 1 to 256 rows, the two
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -51,6 +54,9 @@ SIDES = {
     "float32": {"ours": Side(PackedLinear, {"linear_backend": "packed"}, PackedLinear),
                 "theirs": Side(lambda w, b: OneDNNLinear(w, b, batch_hint=64),  # the engine's max_num_seqs on CPU
                                {"linear_backend": "onednn"}, OneDNNLinear)},
+    # --avx2: the AVX2 tiles against oneDNN capped to AVX2, the projections alone (a runner takes the best tiles)
+    "float32-avx2": {"ours": Side(lambda w, b: PackedLinear(w, b, "avx2"), {}, PackedLinear),
+                     "theirs": Side(lambda w, b: OneDNNLinear(w, b, batch_hint=64), {}, OneDNNLinear)},
     "int8": {"ours": Side(quant.PackedInt8Linear, {"quantization": "int8"}, quant.PackedInt8Linear),
              "theirs": Side(quant.Int8Linear, {"quantization": "int8"}, quant.Int8Linear)},
 }
@@ -132,20 +138,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=60, help="steps per side and batch")
     parser.add_argument("--rounds", type=int, default=10, help="rounds of the projections alone, per side")
     parser.add_argument("--int8", action="store_true", help="the int8 kernels (else float32's)")
+    parser.add_argument("--avx2", action="store_true",
+                        help="float32's AVX2 tiles against oneDNN capped to AVX2 (ONEDNN_MAX_CPU_ISA), projections only")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    mode = "int8" if args.int8 else "float32"
+    mode = "int8" if args.int8 else "float32-avx2" if args.avx2 else "float32"
     unavailable = quant.packed_int8_unsupported() if args.int8 else cpu_kernels.unavailable()
     if unavailable:
         parser.error(unavailable)
+    if args.avx2:
+        os.environ["ONEDNN_MAX_CPU_ISA"] = "AVX2"  # read when oneDNN makes its first kernel: none made yet
     torch.set_num_threads(args.threads)
     model = model_or_default(args.model)
     report = {"model": model, "cpu": cpu.describe(), "threads": args.threads, "steps": args.steps, "mode": mode,
-              "ours": "packed",
-              "theirs": "oneDNN" if mode == "float32" else "fbgemm",
-              "projections": projections(model, mode, args.rounds),
-              "steps_ours_first": steps(model, mode, True, args.steps),
-              "steps_theirs_first": steps(model, mode, False, args.steps)}
+              "ours": "packed", "theirs": "fbgemm" if args.int8 else "oneDNN",
+              "projections": projections(model, mode, args.rounds)}
+    if not args.avx2:
+        report["steps_ours_first"] = steps(model, mode, True, args.steps)
+        report["steps_theirs_first"] = steps(model, mode, False, args.steps)
     print(json.dumps(report, indent=1))
     if args.json:
         write_json(report, Path(args.json))

@@ -33,8 +33,9 @@ Results agree with ``F.linear`` to float rounding (a different summation
 order), not bit for bit.
 
 The AVX2 tiles against oneDNN capped to AVX2 (``ONEDNN_MAX_CPU_ISA=AVX2``),
-on the same machine: a step's projections 12.7 against 22.6 ms at one row,
-35.5 against 40.9 at 16, 346 against 365 at 256.
+on the same machine (``linear_ab --avx2``, issue28_linear_avx2_ab.json): a
+step's projections 17.6 against 25.6 ms at one row, 35.8 against 42.4 at 16,
+344 against 359 at 256.
 
 What each CPU gets (``auto``): ``packed`` for float32 where the compiled
 kernels are built and the CPU has AVX-512 or AVX2+FMA (tiles for each, picked
