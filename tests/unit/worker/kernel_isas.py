@@ -1,9 +1,23 @@
-"""The compiled projections on one instruction set's tiles, for the tests that run each one the CPU can."""
+"""The compiled kernels under test: on one instruction set's tiles (each one the CPU can run), on a given number
+of torch's threads."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
+
+
+@contextlib.contextmanager
+def torch_threads(count: int):
+    """torch (and so the kernels, which run on its OpenMP threads) on ``count`` threads, then as before."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 def on_isa(kind, weight: torch.Tensor, bias: torch.Tensor | None, isa: str):

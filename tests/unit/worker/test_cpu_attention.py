@@ -9,6 +9,7 @@ import os
 import pytest
 import torch
 
+from kernel_isas import torch_threads
 from llm_byoc.worker import attention, cpu_attention, cpu_kernels
 from llm_byoc.worker.batch import DecodeGroup
 
@@ -81,14 +82,10 @@ def test_a_row_gives_the_same_bits_alone_and_in_any_batch(left):
 def test_the_threads_share_the_work_and_change_no_bit(threads):
     """(row, KV head) pairs on torch's OpenMP threads, each computed as alone: the same bits as one thread."""
     case = _case(5, 8, 2, 64, [70, 5, 129, 64, 17])
-    previous = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
+    with torch_threads(1):
         one = cpu_attention.decode_attention(*case)
-        torch.set_num_threads(threads)
+    with torch_threads(threads):
         assert torch.equal(cpu_attention.decode_attention(*case), one)
-    finally:
-        torch.set_num_threads(previous)
     torch.testing.assert_close(one.double(), _reference(*case), rtol=1e-5, atol=1e-5)
 
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernel_isas import on_isa
+from kernel_isas import on_isa, torch_threads
 from llm_byoc.worker import cpu_kernels, linear
 from llm_byoc.worker.linear import (
     AtenLinear,
@@ -108,17 +108,13 @@ def test_packed_matches_a_float64_reference(isa, out_features, in_features, with
     weight = torch.randn(out_features, in_features)
     bias = torch.randn(out_features) if with_bias else None
     packed = _packed(weight, bias, isa)
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         for rows in (1, 2, 5, 6, 7, 13, 37):
             x = torch.randn(rows, in_features)
             y = packed(x)
             reference = x.double() @ weight.double().T + (0 if bias is None else bias.double())
             assert y.shape == (rows, out_features) and y.dtype == torch.float32
             torch.testing.assert_close(y.double(), reference, rtol=1e-5, atol=1e-5)
-    finally:
-        torch.set_num_threads(previous)
 
 
 @needs_kernels

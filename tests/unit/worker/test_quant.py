@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernel_isas import on_isa
+from kernel_isas import on_isa, torch_threads
 from llm_byoc.worker import cpu_kernels, quant
 from llm_byoc.worker.linear import Int8Projections, linear_factory, resolve_backend
 from llm_byoc.worker.quant import Int8Linear, PackedInt8Linear, int8_kernel, packed_int8_unsupported
@@ -103,9 +103,7 @@ def test_packed_int8_is_the_integer_product_of_its_quantized_operands(isa, out_f
     torch.manual_seed(out_features + in_features)
     weight, bias = torch.randn(out_features, in_features), torch.randn(out_features)
     linear = _packed_int8(weight, bias, isa)
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         for rows in (1, 2, 3, 4, 5, 9, 37):
             x = torch.randn(rows, in_features)
             got = linear(x)
@@ -114,8 +112,6 @@ def test_packed_int8_is_the_integer_product_of_its_quantized_operands(isa, out_f
             qw, w_scale = quant.channel_int8(weight)
             want = (qx @ qw.double().T) * (a.double() / 127) * w_scale.double() + bias.double()
             torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-4)
-    finally:
-        torch.set_num_threads(previous)
 
 
 @pytest.mark.skipif(packed_int8_unsupported() is not None, reason=str(packed_int8_unsupported()))
