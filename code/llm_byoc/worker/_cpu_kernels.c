@@ -96,6 +96,24 @@ static inline float dot(const float *a, const float *b, int64_t D) {
     return sum16(acc);
 }
 
+/* The largest |x| of a row, in 16 lanes (0 for an empty row; a NaN is not seen: callers test for it). */
+static inline float absmax(const float *row, int64_t cols) {
+    float lanes[16] = {0};
+    int64_t j = 0;
+    for (; j + 16 <= cols; j += 16)
+        for (int i = 0; i < 16; i++) {
+            const float a = fabsf(row[j + i]);
+            lanes[i] = a > lanes[i] ? a : lanes[i];
+        }
+    for (int i = 0; j + i < cols; i++) {
+        const float a = fabsf(row[j + i]);
+        lanes[i] = a > lanes[i] ? a : lanes[i];
+    }
+    float top = 0.0f;
+    for (int i = 0; i < 16; i++) top = lanes[i] > top ? lanes[i] : top;
+    return top;
+}
+
 /* One row, KV heads kvh0..kvh1: out [H, D] for their query heads (G each, H = (kvh1 - kvh0) * G; q and out start
  * at the first of them). Each key's heads (D floats each, contiguous in the slot) are read once, in order;
  * scores: H * L floats of scratch, head-major. */
@@ -363,27 +381,27 @@ static void linear_part(const linear_tiles *t, const float *x, const float *w, c
     }
 }
 
-/* pack_linear(weight, packed, N, K): weight [N, K] -> packed [ceil(N / 16), K, 16], the last block's missing
- * outputs zero. */
-static PyObject *pack_linear(PyObject *self, PyObject *args) {
-    unsigned long long weight, packed;
-    long long N, K;
-    if (!PyArg_ParseTuple(args, "KKLL", &weight, &packed, &N, &K)) return NULL;
-    if (N <= 0 || K <= 0) {
-        PyErr_SetString(PyExc_ValueError, "pack_linear: bad shape");
-        return NULL;
-    }
-    const float *w = (const float *)(uintptr_t)weight;
-    float *p = (float *)(uintptr_t)packed;
-    Py_BEGIN_ALLOW_THREADS
-    for (int64_t b = 0; b < (N + 15) / 16; b++)
-        for (int64_t k = 0; k < K; k++)
-            for (int64_t l = 0; l < 16; l++) {
-                const int64_t n = b * 16 + l;
-                p[(b * K + k) * 16 + l] = n < N ? w[n * K + k] : 0.0f;
-            }
-    Py_END_ALLOW_THREADS
-    Py_RETURN_NONE;
+/* How linear and int8_linear share R rows x NB blocks among at most ``threads``: split_n ways over the blocks
+ * (at least 4 blocks each), and split_r ways over the rows where threads are left; thread t of split_n *
+ * split_r takes rows [*r0, *r1) and blocks [*b0, *b1). */
+typedef struct {
+    int64_t split_n, split_r;
+} work_split;
+
+static work_split split_work(int64_t R, int64_t NB, int threads) {
+    work_split w;
+    w.split_n = NB / 4 < threads ? (NB / 4 > 0 ? NB / 4 : 1) : threads;
+    w.split_r = threads / w.split_n < R ? threads / w.split_n : (R > 0 ? R : 1);
+    return w;
+}
+
+static void work_part(work_split w, int64_t t, int64_t R, int64_t NB, int64_t *r0, int64_t *r1, int64_t *b0,
+                      int64_t *b1) {
+    const int64_t tn = t % w.split_n, tr = t / w.split_n;
+    *r0 = R * tr / w.split_r;
+    *r1 = R * (tr + 1) / w.split_r;
+    *b0 = NB * tn / w.split_n;
+    *b1 = NB * (tn + 1) / w.split_n;
 }
 
 /* linear(x, packed, bias, y, R, K, N, threads[, isa]): x [R, K], bias [N] or 0, y [R, N]; contiguous float32.
@@ -407,25 +425,27 @@ static PyObject *linear(PyObject *self, PyObject *args) {
         return NULL;
     }
     const int64_t NB = (N + 15) / 16;
-    int64_t split_n = NB / 4 < threads ? (NB / 4 > 0 ? NB / 4 : 1) : threads;
-    int64_t split_r = threads / split_n < R ? threads / split_n : (R > 0 ? R : 1);
+#ifdef _OPENMP
+    const work_split split = split_work(R, NB, threads);
+#else
+    const work_split split = split_work(R, NB, 1);
+#endif
     const float *xp = (const float *)(uintptr_t)x, *wp = (const float *)(uintptr_t)packed;
     const float *bp = (const float *)(uintptr_t)bias;
     float *yp = (float *)(uintptr_t)y;
     Py_BEGIN_ALLOW_THREADS
 #ifdef _OPENMP
-#pragma omp parallel num_threads((int)(split_n * split_r)) if (split_n * split_r > 1)
+#pragma omp parallel num_threads((int)(split.split_n * split.split_r)) if (split.split_n * split.split_r > 1)
 #endif
     {
 #ifdef _OPENMP
         const int64_t t = omp_get_thread_num();
 #else
         const int64_t t = 0;
-        split_n = split_r = 1;
 #endif
-        const int64_t tn = t % split_n, tr = t / split_n;
-        linear_part(tiles, xp, wp, bp, yp, K, N, R * tr / split_r, R * (tr + 1) / split_r, NB * tn / split_n,
-                    NB * (tn + 1) / split_n);
+        int64_t r0, r1, b0, b1;
+        work_part(split, t, R, NB, &r0, &r1, &b0, &b1);
+        linear_part(tiles, xp, wp, bp, yp, K, N, r0, r1, b0, b1);
     }
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
@@ -551,21 +571,9 @@ static void int8_quantize_rows(const float *x, int64_t r0, int64_t r1, int64_t K
     for (int64_t r = r0; r < r1; r++) {
         const float *row = x + r * K;
         uint8_t *out = q + r * Kp;
-        float lanes[16] = {0};
-        int64_t k = 0;
-        for (; k + 16 <= K; k += 16)
-            for (int i = 0; i < 16; i++) {
-                const float a = fabsf(row[k + i]);
-                lanes[i] = a > lanes[i] ? a : lanes[i];
-            }
-        for (int i = 0; k + i < K; i++) {
-            const float a = fabsf(row[k + i]);
-            lanes[i] = a > lanes[i] ? a : lanes[i];
-        }
+        float top = absmax(row, K);
         int finite = 1;
-        for (k = 0; k < K; k++) finite &= isfinite(row[k]) != 0;
-        float top = 0.0f;
-        for (int i = 0; i < 16; i++) top = lanes[i] > top ? lanes[i] : top;
+        for (int64_t k = 0; k < K; k++) finite &= isfinite(row[k]) != 0;
         if (!finite) {
             memset(out, 128, (size_t)Kp);
             row_scale[r] = NAN;
@@ -573,7 +581,7 @@ static void int8_quantize_rows(const float *x, int64_t r0, int64_t r1, int64_t K
         }
         top = top < FLT_MIN ? FLT_MIN : top;
         const float inv = 127.0f / top;
-        for (k = 0; k < K; k++) {
+        for (int64_t k = 0; k < K; k++) {
             float v = rintf(row[k] * inv);
             v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
             out[k] = (uint8_t)((int)v + 128);
@@ -686,28 +694,31 @@ static PyObject *int8_linear(PyObject *self, PyObject *args) {
         free(row_scale);
         return PyErr_NoMemory();
     }
-    int64_t split_n = NB / 4 < threads ? (NB / 4 > 0 ? NB / 4 : 1) : threads;
-    int64_t split_r = threads / split_n < R ? threads / split_n : (R > 0 ? R : 1);
+#ifdef _OPENMP
+    const work_split split = split_work(R, NB, threads);
+#else
+    const work_split split = split_work(R, NB, 1);
+#endif
     Py_BEGIN_ALLOW_THREADS
 #ifdef _OPENMP
-#pragma omp parallel num_threads((int)(split_n * split_r)) if (split_n * split_r > 1)
+#pragma omp parallel num_threads((int)(split.split_n * split.split_r)) if (split.split_n * split.split_r > 1)
 #endif
     {
 #ifdef _OPENMP
         const int64_t t = omp_get_thread_num(), n = omp_get_num_threads();
 #else
         const int64_t t = 0, n = 1;
-        split_n = split_r = 1;
 #endif
         /* each thread quantizes its share of the rows, and all wait for the whole input */
         int8_quantize_rows((const float *)(uintptr_t)x, R * t / n, R * (t + 1) / n, K, 4 * Kq, q, row_scale);
 #ifdef _OPENMP
 #pragma omp barrier
 #endif
-        const int64_t tn = t % split_n, tr = t / split_n;
+        int64_t r0, r1, b0, b1;
+        work_part(split, t, R, NB, &r0, &r1, &b0, &b1);
         int8_part(tiles, q, row_scale, (const int8_t *)(uintptr_t)packed, (const int32_t *)(uintptr_t)colsum,
                   (const float *)(uintptr_t)w_scale, (const float *)(uintptr_t)bias, (float *)(uintptr_t)y, Kq, N,
-                  R * tr / split_r, R * (tr + 1) / split_r, NB * tn / split_n, NB * (tn + 1) / split_n);
+                  r0, r1, b0, b1);
     }
     Py_END_ALLOW_THREADS
     free(q);
@@ -716,7 +727,6 @@ static PyObject *int8_linear(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* int8_linear_here(): the best instruction set int8_linear runs here ("avx512vnni", "avx2"), or None. */
 /* linear_here(): the instruction set linear's tiles use here ("avx512", "avx2", "base"). */
 static PyObject *linear_here(PyObject *self, PyObject *args) {
     const linear_tiles *t = tiles_for(NULL);
@@ -727,6 +737,7 @@ static PyObject *linear_here(PyObject *self, PyObject *args) {
     return PyUnicode_FromString(t == &base_tiles ? "base" : "?");
 }
 
+/* int8_linear_here(): the best instruction set int8_linear runs here ("avx512vnni", "avx2"), or None. */
 static PyObject *int8_linear_here(PyObject *self, PyObject *args) {
 #ifdef HAVE_INT8_KERNELS
     if (vnni_here()) return PyUnicode_FromString("avx512vnni");
@@ -737,7 +748,7 @@ static PyObject *int8_linear_here(PyObject *self, PyObject *args) {
 
 /* ---- rms_norm ---- */
 
-/* Rows r0..r1: the mean of squares summed in 16 lanes, then x * (1 / sqrt(mean + eps)) * weight, in that order
+/* Rows r0..r1: the mean of squares (dot, in 16 lanes), then x * (1 / sqrt(mean + eps)) * weight, in that order
  * (transformers' LlamaRMSNorm: the normalised row first, then the weight). */
 CLONES
 static void rms_norm_rows(const float *x, const float *weight, float *y, int64_t r0, int64_t r1, int64_t cols,
@@ -745,13 +756,8 @@ static void rms_norm_rows(const float *x, const float *weight, float *y, int64_t
     for (int64_t r = r0; r < r1; r++) {
         const float *row = x + r * cols;
         float *out = y + r * cols;
-        float lanes[16] = {0};
-        int64_t k = 0;
-        for (; k + 16 <= cols; k += 16)
-            for (int i = 0; i < 16; i++) lanes[i] += row[k + i] * row[k + i];
-        for (int i = 0; k + i < cols; i++) lanes[i] += row[k + i] * row[k + i];
-        const float inv = 1.0f / sqrtf(sum16(lanes) / (float)cols + eps);
-        for (k = 0; k < cols; k++) out[k] = row[k] * inv * weight[k];
+        const float inv = 1.0f / sqrtf(dot(row, row, cols) / (float)cols + eps);
+        for (int64_t k = 0; k < cols; k++) out[k] = row[k] * inv * weight[k];
     }
 }
 
@@ -766,9 +772,9 @@ static PyObject *rms_norm(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "rms_norm: bad shape");
         return NULL;
     }
-    const int team = rows * cols >= 65536 && threads > 1 ? threads : 1;
     Py_BEGIN_ALLOW_THREADS
 #ifdef _OPENMP
+    const int team = rows * cols >= 65536 && threads > 1 ? threads : 1;
 #pragma omp parallel num_threads(team) if (team > 1)
 #endif
     {
@@ -791,24 +797,12 @@ static void int8_rows_body(const float *x, float *out, float *scales, int64_t ro
     for (int64_t r = 0; r < rows; r++) {
         const float *row = x + r * cols;
         float *o = out + r * cols;
-        float lanes[16] = {0};
+        float top = absmax(row, cols);
         int nan = 0;
-        int64_t j = 0;
-        for (; j + 16 <= cols; j += 16)
-            for (int i = 0; i < 16; i++) {
-                const float a = fabsf(row[j + i]);
-                lanes[i] = a > lanes[i] ? a : lanes[i];
-            }
-        for (int i = 0; j + i < cols; i++) {
-            const float a = fabsf(row[j + i]);
-            lanes[i] = a > lanes[i] ? a : lanes[i];
-        }
-        for (j = 0; j < cols; j++) nan |= row[j] != row[j];
-        float top = 0.0f;
-        for (int i = 0; i < 16; i++) top = lanes[i] > top ? lanes[i] : top;
+        for (int64_t j = 0; j < cols; j++) nan |= row[j] != row[j];
         top = nan ? NAN : (top < FLT_MIN ? FLT_MIN : top);
         scales[r] = top;
-        for (j = 0; j < cols; j++) o[j] = row[j] / top;
+        for (int64_t j = 0; j < cols; j++) o[j] = row[j] / top;
     }
     float *sentinel = out + rows * cols;
     memset(sentinel, 0, (size_t)cols * sizeof(float));
@@ -833,7 +827,6 @@ static PyObject *int8_rows(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"int8_rows", int8_rows, METH_VARARGS, "int8_rows(x, out, scales, rows, cols): see worker/quant.py"},
-    {"pack_linear", pack_linear, METH_VARARGS, "pack_linear(weight, packed, N, K): see worker/linear.py"},
     {"linear", linear, METH_VARARGS, "linear(x, packed, bias, y, R, K, N, threads[, isa]): see worker/linear.py"},
     {"int8_linear", int8_linear, METH_VARARGS,
      "int8_linear(x, packed, colsum, w_scale, bias, y, R, K, N, threads[, isa]): see worker/quant.py"},

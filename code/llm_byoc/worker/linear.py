@@ -94,6 +94,16 @@ class OneDNNLinear:
         return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self.weight, self.bias, "none", [], "")
 
 
+def blocks_of_16(weight: torch.Tensor) -> torch.Tensor:
+    """[N, K] -> [ceil(N / 16), K, 16]: 16 outputs' weights side by side for each input, the last block's missing
+    outputs zero (0.2 s for SmolLM2-135M's 538 MB on 2 threads, against 0.3 s for a C loop)."""
+    out_features, in_features = weight.shape
+    blocks = -(-out_features // 16)
+    if blocks * 16 != out_features:
+        weight = torch.cat((weight, weight.new_zeros(blocks * 16 - out_features, in_features)))
+    return weight.reshape(blocks, 16, in_features).transpose(1, 2).contiguous()
+
+
 class PackedLinear:
     """float32 weights in blocks of 16 outputs ([ceil(N / 16), K, 16]), multiplied by ``_cpu_kernels.linear``.
 
@@ -103,10 +113,7 @@ class PackedLinear:
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, isa: str | None = None):
         self.out_features, self.in_features = weight.shape
         self.isa = isa
-        weight = weight.detach().to(torch.float32).contiguous()
-        self.weight = torch.empty(-(-self.out_features // 16), self.in_features, 16)
-        cpu_kernels.native.pack_linear(weight.data_ptr(), self.weight.data_ptr(), self.out_features,
-                                       self.in_features)
+        self.weight = blocks_of_16(weight.detach().to(torch.float32))
         self.bias = None if bias is None else bias.detach().to(torch.float32).contiguous()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -190,14 +197,14 @@ def resolve_backend(requested: str, device: torch.device, dtype: torch.dtype, qu
                                      f"int8 activations per row ({kernel.description}){ignored}")
     if requested == "aten":
         return BackendChoice("aten", "asked for")
-    if requested == "packed" or (requested == "auto" and device.type == "cpu" and dtype == torch.float32
-                                 and cpu_kernels.native is not None and cpu_kernels.native.linear_here() != "base"):
-        unsupported = packed_unsupported(device, dtype)
+    unsupported = packed_unsupported(device, dtype)
+    if requested == "packed":
         if unsupported:
             raise ValueError(f"{ENV_LINEAR_BACKEND}=packed cannot run: {unsupported}")
-        return BackendChoice("packed", "asked for" if requested == "packed" else
-                             f"auto: float32 weights packed in 16-output blocks, compiled kernel "
-                             f"({cpu_kernels.native.linear_here()})")
+        return BackendChoice("packed", "asked for")
+    if requested == "auto" and unsupported is None and cpu_kernels.native.linear_here() != "base":
+        return BackendChoice("packed", f"auto: float32 weights packed in 16-output blocks, compiled kernel "
+                                       f"({cpu_kernels.native.linear_here()})")
     unsupported = onednn_unsupported(device, dtype)
     if requested == "onednn":
         if unsupported:

@@ -99,10 +99,15 @@ def int8_kernel() -> Int8Kernel:
     return Int8Kernel(Int8Linear, f"fbgemm, because {unsupported}")
 
 
+def channel_scale(w: torch.Tensor) -> torch.Tensor:
+    """[N] float32: each output channel's symmetric int8 step, ``max|W_c| / 127`` (float32 ``w``, both kernels)."""
+    return w.abs().amax(dim=1).clamp_min(_TINY) / 127
+
+
 def channel_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric int8 per output channel: (q [N, K] int8, scale [N] float32), ``weight ~ q * scale[:, None]``."""
     w = weight.detach().float()
-    scale = w.abs().amax(dim=1).clamp_min(_TINY) / 127  # [N]
+    scale = channel_scale(w)
     return torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8), scale
 
 
@@ -154,7 +159,7 @@ class Int8Linear:
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
         self.out_features, self.in_features = weight.shape
         w = weight.detach().float()
-        scale = w.abs().amax(dim=1).clamp_min(_TINY) / 127  # [N]
+        scale = channel_scale(w)  # [N]
         zero = torch.zeros(self.out_features, dtype=torch.long)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # quantized tensors are deprecated; this module is their only user
