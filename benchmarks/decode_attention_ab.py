@@ -17,17 +17,15 @@ step and torch / kernel (above 1: the kernel is faster).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 
 from benchmarks.int8_rotation_ab import _decoding
 from llm_byoc import cpu
-from llm_byoc.bench.report import write_json
+from llm_byoc.bench.report import print_and_write
 from llm_byoc.config import EngineConfig
 from llm_byoc.models.default_model import model_or_default
 from llm_byoc.worker import cpu_attention, cpu_kernels, quant
@@ -87,9 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     for label, quantization in (("float32", ""), ("int8", "int8")):
         if args.kernel != "int8_rows" or quantization:
             report[label] = run(model, quantization, args.steps, args.kernel)
-    print(json.dumps(report, indent=1))
-    if args.json:
-        write_json(report, Path(args.json))
+    print_and_write(report, args.json)
     return 0
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import math
 import os
 import sys
@@ -33,7 +32,7 @@ from pathlib import Path
 import torch
 
 from llm_byoc import cpu
-from llm_byoc.bench.report import write_json
+from llm_byoc.bench.report import print_and_write
 from llm_byoc.config import EngineConfig
 from llm_byoc.models.default_model import ensure_default_model
 from llm_byoc.models.loader import local_folder
@@ -209,9 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         "load": {name: info for name, (_, info) in runs.items()},
         "example": {"prompt": PROMPTS[0], **{name: tokenizer.decode(out[0]) for name, out in outputs.items()}},
     }
-    print(json.dumps(report, indent=1))
-    if args.json:
-        write_json(report, Path(args.json))
+    print_and_write(report, args.json)
     return 0
 
 

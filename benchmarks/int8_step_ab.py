@@ -13,7 +13,6 @@ side's median over all rounds and the ratio float32 / int8 (above 1: int8 faster
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -24,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.step_bench import time_decode, time_prefill  # noqa: E402
 from llm_byoc import cpu
-from llm_byoc.bench.report import write_json  # noqa: E402
+from llm_byoc.bench.report import print_and_write  # noqa: E402
 from llm_byoc.config import EngineConfig  # noqa: E402
 from llm_byoc.models.default_model import ensure_default_model  # noqa: E402
 from llm_byoc.worker.runner import ModelRunner  # noqa: E402
@@ -69,9 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         "speedup_float32_over_int8": {key: round(medians["float32"][key] / medians["int8"][key], 2)
                                       for key in medians["float32"]},
     }
-    print(json.dumps(report, indent=1))
-    if args.json:
-        write_json(report, Path(args.json))
+    print_and_write(report, args.json)
     return 0
 
 

@@ -33,7 +33,7 @@ import torch
 
 from benchmarks.int8_rotation_ab import _decoding
 from llm_byoc import cpu
-from llm_byoc.bench.report import write_json
+from llm_byoc.bench.report import print_and_write
 from llm_byoc.config import EngineConfig
 from llm_byoc.models.default_model import model_or_default
 from llm_byoc.worker import cpu_kernels, quant
@@ -156,9 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.avx2:
         report["steps_ours_first"] = steps(model, mode, True, args.steps)
         report["steps_theirs_first"] = steps(model, mode, False, args.steps)
-    print(json.dumps(report, indent=1))
-    if args.json:
-        write_json(report, Path(args.json))
+    print_and_write(report, args.json)
     return 0
 
 

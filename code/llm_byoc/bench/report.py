@@ -75,6 +75,13 @@ def write_json(document: dict, path: Path) -> None:
     path.write_text(json.dumps(document, indent=2) + "\n")
 
 
+def print_and_write(document: dict, path: str | None) -> None:
+    """A benchmark's report: printed as JSON, and written to ``path`` (its ``--json``) when one is given."""
+    print(json.dumps(document, indent=1))
+    if path:
+        write_json(document, Path(path))
+
+
 def _load_axis(results: Sequence[RunResult]) -> tuple[str, list[float]]:
     if all(r.plan.concurrency is not None for r in results):
         return "concurrency (requests in flight)", [float(r.plan.concurrency) for r in results]
