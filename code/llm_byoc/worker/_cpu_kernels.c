@@ -272,15 +272,18 @@ static const linear_tiles base_tiles = TILE_TABLE(base, 1, 2);
             D = _mm512_fmadd_ps(xv, w3, D);                                                                     \
         }                                                                                                       \
     }
-#define AVX512_STORE(r, A, B, C, D)                                                                             \
+/* Row r's accumulators to out (1 or 4 blocks of 16): STORE is the register type's unaligned store (float32 and
+ * int8 tiles alike). */
+#define TILE_STORE(STORE, r, A, B, C, D)                                                                        \
     if (rows > r) {                                                                                             \
-        _mm512_storeu_ps(out + (r * wide) * 16, A);                                                             \
+        STORE(out + (r * wide) * 16, A);                                                                        \
         if (wide > 1) {                                                                                         \
-            _mm512_storeu_ps(out + (r * wide + 1) * 16, B);                                                     \
-            _mm512_storeu_ps(out + (r * wide + 2) * 16, C);                                                     \
-            _mm512_storeu_ps(out + (r * wide + 3) * 16, D);                                                     \
+            STORE(out + (r * wide + 1) * 16, B);                                                                \
+            STORE(out + (r * wide + 2) * 16, C);                                                                \
+            STORE(out + (r * wide + 3) * 16, D);                                                                \
         }                                                                                                       \
     }
+#define AVX512_STORE(r, A, B, C, D) TILE_STORE(_mm512_storeu_ps, r, A, B, C, D)
 #define LINEAR_TILE_AVX512(NAME, RB, BB)                                                                        \
     __attribute__((target("avx512f"))) static void NAME(const float *x, const float *wb, int64_t K, float *out) { \
         const int rows = RB, wide = BB;                                                                         \
@@ -471,15 +474,7 @@ static PyObject *linear(PyObject *self, PyObject *args) {
             D = _mm512_dpbusd_epi32(D, xb, w3);                                                                 \
         }                                                                                                       \
     }
-#define VNNI_STORE(r, A, B, C, D)                                                                               \
-    if (rows > r) {                                                                                             \
-        _mm512_storeu_si512(out + (r * wide) * 16, A);                                                          \
-        if (wide > 1) {                                                                                         \
-            _mm512_storeu_si512(out + (r * wide + 1) * 16, B);                                                  \
-            _mm512_storeu_si512(out + (r * wide + 2) * 16, C);                                                  \
-            _mm512_storeu_si512(out + (r * wide + 3) * 16, D);                                                  \
-        }                                                                                                       \
-    }
+#define VNNI_STORE(r, A, B, C, D) TILE_STORE(_mm512_storeu_si512, r, A, B, C, D)
 #define INT8_TILE(NAME, RB, BB)                                                                                 \
     VNNI static void NAME(const uint8_t *x, int64_t Kp, const int8_t *wb, int64_t Kq, int32_t *out) {          \
         const int rows = RB, wide = BB;                                                                         \
