@@ -70,6 +70,7 @@ def test_bad_server_settings_name_the_variable(env, name):
         ({"LLM_BYOC_KV_BLOCK_SIZE": "0"}, "LLM_BYOC_KV_BLOCK_SIZE"),
         ({"LLM_BYOC_PREFIX_CACHING": "sometimes"}, "LLM_BYOC_PREFIX_CACHING"),
         ({"LLM_BYOC_MAX_BATCHED_TOKENS": "8"}, "LLM_BYOC_MAX_BATCHED_TOKENS"),
+        ({"LLM_BYOC_PREFILL_CHUNK_TOKENS": "-1"}, "LLM_BYOC_PREFILL_CHUNK_TOKENS"),
         ({"LLM_BYOC_LINEAR_BACKEND": "mkl"}, "LLM_BYOC_LINEAR_BACKEND"),
         ({"LLM_BYOC_STEP_TIMEOUT": "-1"}, "LLM_BYOC_STEP_TIMEOUT"),
         ({"LLM_BYOC_DECODER": "fused"}, "LLM_BYOC_DECODER"),

@@ -10,6 +10,10 @@ each running sequence's computed tokens catch up with its known tokens
 3. waiting sequences are admitted, front of the queue first, while fewer than
    ``max_num_seqs`` run, budget is left and their KV blocks fit.
 
+Beside decodes, 2 and 3 share ``prefill_chunk_tokens`` (64 on a CPU): the
+step's first prompt may take the whole budget, later ones only what is left of
+that cap (``_prefill_room``).
+
 Memory (``KVCacheManager``): a sequence holds the blocks its computed tokens
 need. Before a step the running sequences grow their blocks, oldest first;
 when none is free, the newest running sequence is preempted: its blocks are
@@ -89,6 +93,8 @@ low acceptance is tried again after ``COOL_DOWN_TOKENS`` generated tokens.
 
 from __future__ import annotations
 
+import math
+
 from collections import deque
 from dataclasses import dataclass
 
@@ -121,6 +127,7 @@ from .sequence import Sequence, SequenceStatus
 from .speculative import Proposal, SpecTracker, can_speculate, propose_ngram
 
 ADMISSION_RESERVE = 0.01  # of the blocks, kept free when admitting beside running sequences
+CPU_PREFILL_CHUNK_TOKENS = 64  # LLM_BYOC_PREFILL_CHUNK_TOKENS's default on a CPU (docs/performance/figures.md)
 
 
 @dataclass(frozen=True)
@@ -147,6 +154,7 @@ class SchedulerLimits:
     spec_max_num_seqs: int = 8  # speculate only while at most this many sequences run
     spec_min_acceptance: float = 0.2
     window: int | None = None  # every layer attends within this sliding window: older blocks are freed
+    prefill_chunk_tokens: int = 0  # prompt tokens a step computes beside decoding sequences; 0: max_batched_tokens
 
     def __post_init__(self) -> None:
         capacity = (self.num_kv_blocks - 1) * self.block_size
@@ -185,6 +193,8 @@ class SchedulerLimits:
             spec_max_num_seqs=config.speculative_max_num_seqs,
             spec_min_acceptance=config.speculative_min_acceptance,
             window=info.sliding_window if info.all_layers_windowed else None,
+            prefill_chunk_tokens=config.prefill_chunk_tokens
+            or (CPU_PREFILL_CHUNK_TOKENS if info.device.startswith("cpu") else 0),
         )
 
 
@@ -198,6 +208,8 @@ class Scheduler:
         self._running: dict[str, Sequence] = {}
         self._freed: list[str] = []
         self._scheduled: list[Sequence] = []  # computed in the step in flight
+        self._prefill_cap = 0  # the step being planned: its cap on prompt tokens beyond the first prompt's (0: none)
+        self._prefill_planned = 0  # and its prompt tokens so far
         self._expect_sample: set[str] = set()  # scheduled last step with sample=True
         self._step_id = 0
         self._arrivals = 0
@@ -324,17 +336,25 @@ class Scheduler:
         return StepBatch(self._step_id, new, chunks, freed, switched + preempted, drops, loads, activations, masks)
 
     def _plan_running(self) -> dict[str, tuple[int, list[int]]]:
-        """Tokens each running sequence computes this step: decodes first, then prefill chunks."""
+        """Tokens each running sequence computes this step: decodes first, then prefill chunks within
+        ``_prefill_room``."""
         budget = self.limits.max_batched_tokens
         plan: dict[str, tuple[int, list[int]]] = {}
         decoding = [s for s in self._running.values() if s.num_uncomputed == 1]
         prefilling = [s for s in self._running.values() if s.num_uncomputed > 1]
-        for seq in decoding + prefilling:
+        for seq in decoding:
             if budget == 0:
                 break
-            n = min(seq.num_uncomputed, budget)
+            plan[seq.seq_id] = (1, [])
+            budget -= 1
+        self._prefill_cap, self._prefill_planned = self._step_prefill_cap(len(decoding), prefilling), 0
+        for seq in prefilling:
+            n = min(seq.num_uncomputed, self._prefill_room(budget))
+            if n == 0:
+                break
             plan[seq.seq_id] = (n, [])
             budget -= n
+            self._prefill_planned += n
         if self.spec is not None and len(self._running) <= self.limits.spec_max_num_seqs:
             for seq in decoding:
                 if budget <= 0:
@@ -345,6 +365,32 @@ class Scheduler:
                     plan[seq.seq_id] = (1 + proposal.count, [])
                     budget -= proposal.count
         return plan
+
+    def _step_prefill_cap(self, num_decoding: int, prefilling: list[Sequence]) -> int:
+        """This step's cap on prompt tokens beyond its first prompt (0: none): beside decodes,
+        ``prefill_chunk_tokens`` or sqrt(P * (d + W / 3)), whichever is more, for W prompts of P tokens in
+        all waiting and d rows decoding. A queue's mean time to first token is least at a chunk of about
+        sqrt(P * (F + d + W / 3)) (F: a step's fixed cost in tokens; every step carries the d decodes, and
+        each prompt done adds one more to every later step); the configured chunk stands for the F part,
+        which rules a short queue beside few streams (16 clients), the rest a long one (64 clients at once,
+        where a fixed 64 tokens would admit the burst too slowly: a later median first token and fewer
+        tokens/s; ``benchmarks/prefill_chunk_ab.py`` measures both)."""
+        chunk = self.limits.prefill_chunk_tokens
+        if not (chunk and num_decoding):
+            return 0
+        pending = prefilling + list(self._waiting)
+        tokens = sum(s.num_uncomputed for s in pending)
+        return max(chunk, math.isqrt(tokens * (3 * num_decoding + len(pending)) // 3))
+
+    def _prefill_room(self, budget: int) -> int:
+        """Prompt tokens the next prompt in line may compute this step. The step's first prompt may take
+        the whole budget; beside decoding sequences, later ones join only while the step's prompt tokens
+        stay within ``_step_prefill_cap``. A step lasts as long as its prompt tokens take: a burst of
+        short prompts packed into one step would all wait for the last of them (and stall every stream
+        as long), while one long prompt cut smaller would only pay a step's fixed cost more often."""
+        if not (self._prefill_cap and self._prefill_planned):
+            return budget
+        return max(0, min(budget, self._prefill_cap - self._prefill_planned))
 
     def _propose(self, seq: Sequence, budget: int) -> Proposal | None:
         """Proposals for a decoding sequence, within the budget, max_new_tokens and the window: the n-gram's
@@ -385,7 +431,7 @@ class Scheduler:
         pinned = {s.adapter.uid for s in self._running.values() if s.adapter is not None}
         computing = {h for s in self._running.values() for h in self.kv.being_computed(s)}
         skipped: list[Sequence] = []  # their adapter is not in a slot yet, or their prefix is being computed
-        while self._waiting and budget > 0 and len(self._running) < self.limits.max_num_seqs:
+        while self._waiting and self._prefill_room(budget) > 0 and len(self._running) < self.limits.max_num_seqs:
             seq = self._waiting[0]
             if self.structured.pending(seq):  # its grammar compiles: it keeps its place
                 skipped.append(self._waiting.popleft())
@@ -404,7 +450,7 @@ class Scheduler:
                 skipped.append(self._waiting.popleft())  # its next block is on its way into the cache
                 continue
             cached = len(prefix) * self.kv.block_size
-            n = min(seq.num_tokens - cached, budget)
+            n = min(seq.num_tokens - cached, self._prefill_room(budget))
             reserve = self._reserve if self._running else 0
             block_ids = self.kv.admit(seq, prefix, cached + n, reserve)
             while block_ids is None and not self._running and self.sessions.release_one():
@@ -424,6 +470,7 @@ class Scheduler:
             computing.update(self.kv.being_computed(seq))
             chunks.append(self._chunk(seq, n, block_ids))
             budget -= n
+            self._prefill_planned += n
         self._waiting.extendleft(reversed(skipped))
 
     def _retire_unused_adapters(self) -> None:

@@ -22,7 +22,7 @@ EOS = 2
 
 
 def make(max_num_seqs=4, max_batched_tokens=32, max_model_len=64, max_waiting=8, num_kv_blocks=65,
-         block_size=16, prefix_caching=True, rope_by_length=None) -> Scheduler:
+         block_size=16, prefix_caching=True, rope_by_length=None, prefill_chunk_tokens=0) -> Scheduler:
     return Scheduler(
         SchedulerLimits(
             max_num_seqs=max_num_seqs,
@@ -36,6 +36,7 @@ def make(max_num_seqs=4, max_batched_tokens=32, max_model_len=64, max_waiting=8,
             block_size=block_size,
             enable_prefix_caching=prefix_caching,
             rope_by_length=rope_by_length,
+            prefill_chunk_tokens=prefill_chunk_tokens,
         )
     )
 
@@ -116,6 +117,63 @@ def test_chunked_prefill_respects_budget_and_decodes_first():
     # b needs 10 more: done (sample), c admitted with the remaining 16 - 1 - 10 = 5 tokens
     assert chunk_sizes(batch) == {"a": 1, "b": 10, "c": 5}
     assert {u.seq_id for u in updates} == {"a", "b", "c"}
+
+
+def test_beside_decodes_later_prompts_join_a_step_only_within_the_prefill_chunk():
+    s = make(max_num_seqs=8, max_batched_tokens=64, max_model_len=128, prefill_chunk_tokens=12)
+    add(s, "a", 3, max_new_tokens=20)
+    run_step(s)
+    for name in "bcd":
+        add(s, name, 5)
+    batch, updates = run_step(s)
+    # a decodes; b and c fit in the 12 prompt tokens (5 + 5), d gets the 2 left and waits for the rest
+    assert chunk_sizes(batch) == {"a": 1, "b": 5, "c": 5, "d": 2}
+    assert {u.seq_id for u in updates} == {"a", "b", "c"}
+    batch, _ = run_step(s)
+    assert chunk_sizes(batch) == {"a": 1, "b": 1, "c": 1, "d": 3}
+
+
+def test_the_first_prompt_in_a_step_takes_the_whole_budget_and_no_cap_applies_without_decodes():
+    s = make(max_num_seqs=8, max_batched_tokens=32, max_model_len=128, prefill_chunk_tokens=8)
+    for name in "abc":
+        add(s, name, 10, max_new_tokens=20)
+    batch, _ = run_step(s)  # nothing decodes yet: the budget is the only limit
+    assert chunk_sizes(batch) == {"a": 10, "b": 10, "c": 10}
+    add(s, "long", 60)
+    add(s, "e", 4)
+    batch, _ = run_step(s)  # a long prompt is not cut below the budget; nothing joins it beyond the cap
+    assert chunk_sizes(batch) == {"a": 1, "b": 1, "c": 1, "long": 29}
+    batch, _ = run_step(s)
+    assert chunk_sizes(batch) == {"a": 1, "b": 1, "c": 1, "long": 29}
+    batch, _ = run_step(s)  # the long prompt's last 2 tokens leave 6 of the cap: e's 4 join
+    assert chunk_sizes(batch) == {"a": 1, "b": 1, "c": 1, "long": 2, "e": 4}
+
+
+def test_a_long_queue_of_prompts_widens_the_prefill_chunk():
+    s = make(max_num_seqs=64, max_batched_tokens=256, max_model_len=128, prefill_chunk_tokens=8)
+    add(s, "a", 3, max_new_tokens=20)
+    run_step(s)
+    for i in range(30):
+        add(s, f"q{i:02d}", 10)
+    batch, _ = run_step(s)
+    # 30 prompts of 300 tokens in all wait beside 1 decode: the cap is isqrt(300 * (1 + 30 / 3)) = 57, not 8
+    prompt_tokens = sum(n for seq_id, n in chunk_sizes(batch).items() if seq_id != "a")
+    assert prompt_tokens == 57 and chunk_sizes(batch)["q05"] == 7
+
+
+def test_the_prefill_chunk_is_64_tokens_on_a_cpu_and_off_elsewhere_unless_set():
+    from llm_byoc.config import EngineConfig
+    from llm_byoc.protocol import ModelInfo
+
+    def limits(device: str, env: dict) -> SchedulerLimits:
+        info = ModelInfo("llama", "/m", 100, 256, [2], device, "float32", max_num_seqs=4, load_time_s=0.0,
+                         num_kv_blocks=65, kv_block_size=4)
+        return SchedulerLimits.from_config(EngineConfig.from_env(env), info)
+
+    assert limits("cpu", {}).prefill_chunk_tokens == 64
+    assert limits("cuda:0", {}).prefill_chunk_tokens == 0
+    assert limits("cuda:0", {"LLM_BYOC_PREFILL_CHUNK_TOKENS": "512"}).prefill_chunk_tokens == 512
+    assert limits("cpu", {"LLM_BYOC_PREFILL_CHUNK_TOKENS": "256"}).prefill_chunk_tokens == 256
 
 
 def test_max_num_seqs_limits_the_running_batch():
