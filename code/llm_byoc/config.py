@@ -216,7 +216,7 @@ class EngineConfig:
     device: str = "auto"  # auto: cuda when available, else cpu
     max_num_seqs: int = 0  # sequences in one step's batch; 0: auto (worker/loading.py); memory is the KV cache's business
     max_batched_tokens: int = 256  # tokens computed in one step (prefill chunks + decodes); 256 halves TTFT vs 512 at equal throughput on CPU
-    prefill_chunk_tokens: int = 0  # prompt tokens one step computes beside decoding sequences; 0: auto (64 on CPU, else max_batched_tokens)
+    prefill_chunk_tokens: int = 0  # beside decodes, a step's prompt tokens beyond its first prompt (wider for a long queue, engine/scheduler.py); 0: 64 on a CPU, no cap on CUDA
     max_model_len: int | None = None  # None: the model's own limit, capped at 4096
     max_input_tokens: int = 0  # prompt tokens a request may send; 0: max_model_len - 1
     model_revision: str = ""  # a hub id's branch, tag or commit (the download at start, models/fetch.py)

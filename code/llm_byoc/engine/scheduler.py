@@ -10,7 +10,8 @@ each running sequence's computed tokens catch up with its known tokens
 3. waiting sequences are admitted, front of the queue first, while fewer than
    ``max_num_seqs`` run, budget is left and their KV blocks fit.
 
-Beside decodes, 2 and 3 share ``prefill_chunk_tokens`` (64 on a CPU): the
+Beside decodes, 2 and 3 share one cap on prompt tokens (``_step_prefill_cap``:
+``prefill_chunk_tokens``, 64 on a CPU, wider while many prompts wait): the
 step's first prompt may take the whole budget, later ones only what is left of
 that cap (``_prefill_room``).
 
@@ -94,7 +95,6 @@ low acceptance is tried again after ``COOL_DOWN_TOKENS`` generated tokens.
 from __future__ import annotations
 
 import math
-
 from collections import deque
 from dataclasses import dataclass
 
@@ -127,7 +127,7 @@ from .sequence import Sequence, SequenceStatus
 from .speculative import Proposal, SpecTracker, can_speculate, propose_ngram
 
 ADMISSION_RESERVE = 0.01  # of the blocks, kept free when admitting beside running sequences
-CPU_PREFILL_CHUNK_TOKENS = 64  # LLM_BYOC_PREFILL_CHUNK_TOKENS's default on a CPU (docs/performance/figures.md)
+CPU_PREFILL_CHUNK_TOKENS = 64  # LLM_BYOC_PREFILL_CHUNK_TOKENS's default on a CPU (docs/design/figures.md)
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,7 @@ class SchedulerLimits:
     spec_max_num_seqs: int = 8  # speculate only while at most this many sequences run
     spec_min_acceptance: float = 0.2
     window: int | None = None  # every layer attends within this sliding window: older blocks are freed
-    prefill_chunk_tokens: int = 0  # prompt tokens a step computes beside decoding sequences; 0: max_batched_tokens
+    prefill_chunk_tokens: int = 0  # beside decodes, a step's prompt tokens beyond its first prompt (_step_prefill_cap); 0: no cap
 
     def __post_init__(self) -> None:
         capacity = (self.num_kv_blocks - 1) * self.block_size
@@ -373,8 +373,8 @@ class Scheduler:
         sqrt(P * (F + d + W / 3)) (F: a step's fixed cost in tokens; every step carries the d decodes, and
         each prompt done adds one more to every later step); the configured chunk stands for the F part,
         which rules a short queue beside few streams (16 clients), the rest a long one (64 clients at once,
-        where a fixed 64 tokens would admit the burst too slowly: a later median first token and fewer
-        tokens/s; ``benchmarks/prefill_chunk_ab.py`` measures both)."""
+        where a fixed 64 tokens would admit the burst too slowly: a later median first token;
+        ``benchmarks/prefill_chunk_ab.py`` measures both)."""
         chunk = self.limits.prefill_chunk_tokens
         if not (chunk and num_decoding):
             return 0
