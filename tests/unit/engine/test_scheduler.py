@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from llm_byoc.engine.scheduler import Scheduler, SchedulerLimits
 from llm_byoc.errors import InvalidRequest, QueueFull
 from llm_byoc.protocol import (
@@ -159,6 +161,35 @@ def test_a_long_queue_of_prompts_widens_the_prefill_chunk():
     # 30 prompts of 300 tokens in all wait beside 1 decode: the cap is isqrt(300 * (1 + 30 / 3)) = 57, not 8
     prompt_tokens = sum(n for seq_id, n in chunk_sizes(batch).items() if seq_id != "a")
     assert prompt_tokens == 57 and chunk_sizes(batch)["q05"] == 7
+
+
+@given(requests=st.lists(st.tuples(st.integers(0, 8), st.integers(1, 60), st.integers(1, 6)), min_size=1, max_size=16),
+       chunk=st.integers(0, 40), budget=st.integers(16, 64))
+def test_with_any_prefill_chunk_every_sequence_finishes_each_token_computed_once(requests, chunk, budget):
+    """(arrival step, prompt tokens, new tokens) per request: whatever the cap, no step exceeds the budget,
+    nothing starves, and every prompt and generated token is computed exactly once (no prefix cache, no
+    preemption: the pool holds every sequence)."""
+    s = make(max_num_seqs=8, max_batched_tokens=budget, max_model_len=128, num_kv_blocks=129,
+             prefix_caching=False, prefill_chunk_tokens=chunk)
+    arrivals = sorted(enumerate(requests), key=lambda r: r[1][0])
+    computed: dict[str, int] = {}
+    finished: dict[str, FinishReason] = {}
+    step = 0
+    while arrivals or s.has_work():
+        while arrivals and arrivals[0][1][0] <= step:
+            i, (_, prompt_tokens, new_tokens) = arrivals.pop(0)
+            add(s, f"s{i}", prompt_tokens, max_new_tokens=new_tokens)
+        step += 1
+        assert step < 1000, "a sequence starved"
+        batch = s.schedule()
+        if batch is None:
+            continue
+        assert sum(len(c.token_ids) for c in batch.chunks) <= budget
+        for c in batch.chunks:
+            computed[c.seq_id] = computed.get(c.seq_id, 0) + len(c.token_ids)
+        finished.update((u.seq_id, u.finish_reason) for u in s.postprocess(reply(batch)) if u.finish_reason)
+    assert finished == {f"s{i}": FinishReason.LENGTH for i in range(len(requests))}
+    assert computed == {f"s{i}": n + new - 1 for i, (_, n, new) in enumerate(requests)}  # the last token is not fed
 
 
 def test_the_prefill_chunk_is_64_tokens_on_a_cpu_and_off_elsewhere_unless_set():
