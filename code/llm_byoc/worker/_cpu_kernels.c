@@ -41,6 +41,14 @@
 #include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
+/* Inside a parallel region: this thread's index in its team, and the team's size (0 and 1 without OpenMP). */
+#define TEAM_MEMBER() ((int64_t)omp_get_thread_num())
+#define TEAM_SIZE() ((int64_t)omp_get_num_threads())
+#define MAX_TEAM(threads) (threads)
+#else
+#define TEAM_MEMBER() ((int64_t)0)
+#define TEAM_SIZE() ((int64_t)1)
+#define MAX_TEAM(threads) 1
 #endif
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #include <immintrin.h>
@@ -428,11 +436,7 @@ static PyObject *linear(PyObject *self, PyObject *args) {
         return NULL;
     }
     const int64_t NB = (N + 15) / 16;
-#ifdef _OPENMP
-    const work_split split = split_work(R, NB, threads);
-#else
-    const work_split split = split_work(R, NB, 1);
-#endif
+    const work_split split = split_work(R, NB, MAX_TEAM(threads));
     const float *xp = (const float *)(uintptr_t)x, *wp = (const float *)(uintptr_t)packed;
     const float *bp = (const float *)(uintptr_t)bias;
     float *yp = (float *)(uintptr_t)y;
@@ -441,11 +445,7 @@ static PyObject *linear(PyObject *self, PyObject *args) {
 #pragma omp parallel num_threads((int)(split.split_n * split.split_r)) if (split.split_n * split.split_r > 1)
 #endif
     {
-#ifdef _OPENMP
-        const int64_t t = omp_get_thread_num();
-#else
-        const int64_t t = 0;
-#endif
+        const int64_t t = TEAM_MEMBER();
         int64_t r0, r1, b0, b1;
         work_part(split, t, R, NB, &r0, &r1, &b0, &b1);
         linear_part(tiles, xp, wp, bp, yp, K, N, r0, r1, b0, b1);
@@ -689,21 +689,13 @@ static PyObject *int8_linear(PyObject *self, PyObject *args) {
         free(row_scale);
         return PyErr_NoMemory();
     }
-#ifdef _OPENMP
-    const work_split split = split_work(R, NB, threads);
-#else
-    const work_split split = split_work(R, NB, 1);
-#endif
+    const work_split split = split_work(R, NB, MAX_TEAM(threads));
     Py_BEGIN_ALLOW_THREADS
 #ifdef _OPENMP
 #pragma omp parallel num_threads((int)(split.split_n * split.split_r)) if (split.split_n * split.split_r > 1)
 #endif
     {
-#ifdef _OPENMP
-        const int64_t t = omp_get_thread_num(), n = omp_get_num_threads();
-#else
-        const int64_t t = 0, n = 1;
-#endif
+        const int64_t t = TEAM_MEMBER(), n = TEAM_SIZE();
         /* each thread quantizes its share of the rows, and all wait for the whole input */
         int8_quantize_rows((const float *)(uintptr_t)x, R * t / n, R * (t + 1) / n, K, 4 * Kq, q, row_scale);
 #ifdef _OPENMP
@@ -773,11 +765,7 @@ static PyObject *rms_norm(PyObject *self, PyObject *args) {
 #pragma omp parallel num_threads(team) if (team > 1)
 #endif
     {
-#ifdef _OPENMP
-        const int64_t t = omp_get_thread_num(), n = omp_get_num_threads();
-#else
-        const int64_t t = 0, n = 1;
-#endif
+        const int64_t t = TEAM_MEMBER(), n = TEAM_SIZE();
         rms_norm_rows((const float *)(uintptr_t)x, (const float *)(uintptr_t)weight, (float *)(uintptr_t)y,
                       rows * t / n, rows * (t + 1) / n, cols, (float)eps);
     }
