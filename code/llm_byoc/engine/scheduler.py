@@ -94,6 +94,7 @@ low acceptance is tried again after ``COOL_DOWN_TOKENS`` generated tokens.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import deque
 from dataclasses import dataclass
@@ -378,9 +379,9 @@ class Scheduler:
         chunk = self.limits.prefill_chunk_tokens
         if not (chunk and num_decoding):
             return 0
-        pending = prefilling + list(self._waiting)
-        tokens = sum(s.num_uncomputed for s in pending)
-        return max(chunk, math.isqrt(tokens * (3 * num_decoding + len(pending)) // 3))
+        tokens = sum(s.num_uncomputed for s in itertools.chain(prefilling, self._waiting))
+        prompts = len(prefilling) + len(self._waiting)
+        return max(chunk, math.isqrt(tokens * (3 * num_decoding + prompts) // 3))
 
     def _prefill_room(self, budget: int) -> int:
         """Prompt tokens the next prompt in line may compute this step. The step's first prompt may take
