@@ -124,8 +124,8 @@ def load_commands(url: str, route: Route, phase: str, short: bool, out: Path) ->
     return warm + [command(clients, requests, seed, out)]
 
 
-def load(url: str, route: Route, phase: str, short: bool = False) -> dict:
-    """One phase (``load_commands``); the figures the table shows, from the measured run."""
+def run_phase(url: str, route: Route, phase: str, short: bool = False) -> dict:
+    """One phase (``load_commands``): the load generator's measured run, as it wrote it."""
     with tempfile.TemporaryDirectory() as folder:
         prefix = Path(folder) / phase
         for command in load_commands(url, route, phase, short, prefix):
@@ -133,7 +133,12 @@ def load(url: str, route: Route, phase: str, short: bool = False) -> dict:
             if done.returncode != 0:
                 raise RuntimeError(f"the load generator failed on {url}{route.path}: "
                                    f"{(done.stdout + done.stderr)[-1500:]}")
-        run = json.loads(prefix.with_suffix(".json").read_text())["runs"][0]
+        return json.loads(prefix.with_suffix(".json").read_text())["runs"][0]
+
+
+def load(url: str, route: Route, phase: str, short: bool = False) -> dict:
+    """One phase; the figures the table shows, from the measured run."""
+    run = run_phase(url, route, phase, short)
     summary = run["summary"]
     measured = [r for r in run["requests"] if not r["warmup"] and r["error"] is None]
     return {"tok_s": summary["output_tokens_per_s"], "ttft_p50_s": summary["ttft"]["p50"],

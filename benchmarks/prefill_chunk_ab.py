@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import tempfile
 import threading
 import time
@@ -29,11 +28,12 @@ from pathlib import Path
 
 from llm_byoc import cpu
 from llm_byoc.bench.report import print_and_write
-from llm_byoc.client.sse import SSEDecoder
+from llm_byoc.bench.targets import HttpTarget
+from llm_byoc.bench.workload import RequestSpec
 from llm_byoc.config import ENV_MAX_BATCHED_TOKENS, ENV_PREFILL_CHUNK_TOKENS, EngineConfig
 from llm_byoc.models.default_model import model_or_default
 
-from .cpu_engines import OPENAI, OURS_ENV, load_commands
+from .cpu_engines import OPENAI, OURS_ENV, run_phase
 from .serve_process import ServeProcess
 
 WORDS = "the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing matches".split()
@@ -43,27 +43,16 @@ def prompt(words: int, seed: int) -> str:
     return " ".join(WORDS[(i * 7 + seed) % len(WORDS)] for i in range(words))
 
 
-def completion(url: str, body: dict, on_token=None) -> dict:
-    """POST /v1/completions; a stream calls ``on_token`` at each token event, else the JSON answer."""
+def post_completion(url: str, body: dict) -> dict:
+    """POST /v1/completions, not streamed: the JSON answer."""
     request = urllib.request.Request(url + "/v1/completions", json.dumps(body).encode(),
                                      {"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=600) as response:
-        if not body.get("stream"):
-            return json.loads(response.read())
-        decoder = SSEDecoder()
-        while chunk := response.read1(65536):
-            for message in decoder.feed(chunk):
-                if message.data and message.data != "[DONE]":
-                    on_token()
-    return {}
+        return json.loads(response.read())
 
 
 def burst(url: str, phase: str) -> dict:
-    with tempfile.TemporaryDirectory() as folder:
-        prefix = Path(folder) / phase
-        for command in load_commands(url, OPENAI, phase, False, prefix):
-            subprocess.run(command, capture_output=True, text=True, timeout=1800, check=True)
-        run = json.loads(prefix.with_suffix(".json").read_text())["runs"][0]
+    run = run_phase(url, OPENAI, phase)
     measured = sorted((r for r in run["requests"] if not r["warmup"]), key=lambda r: r["sent_s"])
     summary = run["summary"]
     return {"tok_s": round(summary["output_tokens_per_s"], 1), "ttft_p50_s": round(summary["ttft"]["p50"], 3),
@@ -72,17 +61,21 @@ def burst(url: str, phase: str) -> dict:
 
 
 def long_beside_stream(url: str, seed: int) -> dict:
-    arrivals: list[float] = []
-    stream_body = {"prompt": prompt(20, seed), "max_tokens": 120, "stream": True, "ignore_eos": True,
-                   "temperature": 0}
-    stream = threading.Thread(target=completion, args=(url, stream_body, lambda: arrivals.append(time.perf_counter())))
-    stream.start()
+    stamps: list[float] = []
+
+    def stream() -> None:  # the load generator's own reader: every token stamped as it arrives
+        spec = RequestSpec(seed, prompt(20, seed), 20, 120)
+        for count in HttpTarget(url, api=OPENAI.api, path=OPENAI.path).stream(spec, timeout_s=600):
+            stamps.extend([time.perf_counter()] * count)
+
+    streaming = threading.Thread(target=stream)
+    streaming.start()
     time.sleep(0.8)  # decoding by then
     started = time.perf_counter()
-    answer = completion(url, {"prompt": prompt(900, seed + 10), "max_tokens": 1, "temperature": 0})
+    answer = post_completion(url, {"prompt": prompt(900, seed + 10), "max_tokens": 1, "temperature": 0})
     latency = time.perf_counter() - started
-    stream.join()
-    gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
+    streaming.join()
+    gaps = [b - a for a, b in zip(stamps, stamps[1:]) if b > a]
     return {"long_prompt_tokens": answer["usage"]["prompt_tokens"], "long_latency_s": round(latency, 3),
             "stream_max_gap_s": round(max(gaps), 3), "stream_gap_p50_s": round(statistics.median(gaps), 4)}
 
