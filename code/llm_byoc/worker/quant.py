@@ -78,9 +78,9 @@ def int8_unsupported(device: torch.device) -> str | None:
     """Why the int8 kernels cannot run on ``device`` here, or None when they can."""
     if device.type != "cpu":
         return f"int8 ({ENV_QUANTIZATION}=int8) is the CPU engine's kernel; on {device.type} use the vllm engine"
-    if packed_int8_unsupported() is not None and "fbgemm" not in torch.backends.quantized.supported_engines:
-        return (f"this torch build has no fbgemm (the int8 GEMM), and the packed int8 kernel cannot run: "
-                f"{packed_int8_unsupported()}")
+    packed = packed_int8_unsupported()
+    if packed is not None and "fbgemm" not in torch.backends.quantized.supported_engines:
+        return f"this torch build has no fbgemm (the int8 GEMM), and the packed int8 kernel cannot run: {packed}"
     return None
 
 
