@@ -1,5 +1,5 @@
-"""The one compiled part: the CPU kernels (code/llm_byoc/worker/_cpu_kernels.c: float32 projections on packed
-weights, decode attention, int8 rows).
+"""The one compiled part: the CPU kernels (code/llm_byoc/worker/_cpu_kernels.c: float32 and int8 projections on
+packed weights, decode attention, RMSNorm, int8 rows).
 
 Everything else is declared in pyproject.toml. The extension is optional: where no C compiler is found the
 package installs without it and its callers run on torch (worker/cpu_kernels.py; the model load logs which).
