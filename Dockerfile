@@ -28,11 +28,13 @@ LABEL com.amazonaws.sagemaker.capabilities.accept-bind-to-port=true \
       org.opencontainers.image.title="llm-byoc" \
       org.opencontainers.image.description="SageMaker-compatible LLM serving container"
 
+# No setting that TGI's, LMI's or vLLM's names are read as (config_aliases.py) is set here: the
+# image's value would collide with a user's HF_MODEL_ID, OPTION_MODEL_ID, SM_VLLM_* as if they had set
+# both (tests/unit/test_dockerfile_env.py). The model's default, /opt/ml/model, is config.py's.
 ENV PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    LLM_BYOC_MODEL=/opt/ml/model
+    PIP_DISABLE_PIP_VERSION_CHECK=1
 
 # torch first, on its own layer: the largest dependency, and the one a GPU build swaps.
 RUN if [ "$DEVICE" = cuda ]; then \

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import time
 import uuid
@@ -105,3 +106,41 @@ def stop_and_exit_code(name: str) -> tuple[int, str]:
     docker("stop", "-t", "60", name, timeout=90)
     state = json.loads(docker("inspect", name).stdout)[0]["State"]
     return state["ExitCode"], docker("logs", name, check=False).stderr[-3000:]
+
+
+def free_port() -> int:
+    """A TCP port nothing on this machine listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _run_args(env: dict[str, str], mounts: list[tuple[Path, str]]) -> list[str]:
+    volumes = [arg for host_dir, target in mounts for arg in ("-v", f"{host_dir}:{target}:ro")]
+    return [*volumes, *(arg for key, value in env.items() for arg in ("-e", f"{key}={value}"))]
+
+
+@contextmanager
+def running_on_host_network(image: str, env: dict[str, str], mounts: list[tuple[Path, str]],
+                            prefix: str) -> Iterator[tuple[str, str]]:
+    """`docker run -d --network host IMAGE serve`: the container shares this machine's network, so a server
+    a test starts on loopback (the stand-in hub, moto's S3) has the same 127.0.0.1 URL inside it. It serves
+    on a free port (``SAGEMAKER_BIND_TO_PORT``, as SageMaker sets it). Yields (container name, base URL) once
+    /ping says 200; the container is removed afterwards and its logs printed (pytest shows them on failure)."""
+    name, port = f"{prefix}-{uuid.uuid4().hex[:8]}", free_port()
+    docker("run", "-d", "--name", name, "--network", "host",
+           *_run_args({"SAGEMAKER_BIND_TO_PORT": str(port), **env}, mounts), image, "serve")
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_for_ping(url, name)
+        yield name, url
+    finally:
+        logs = container_logs(name)
+        docker("rm", "-f", name, check=False)
+        print(logs)
+
+
+def run_to_exit(image: str, env: dict[str, str], mounts: list[tuple[Path, str]],
+                timeout: float = 120) -> subprocess.CompletedProcess:
+    """`docker run --rm IMAGE serve` in the foreground, for a start that must fail: its exit code and log."""
+    return docker("run", "--rm", *_run_args(env, mounts), image, "serve", timeout=timeout, check=False)
