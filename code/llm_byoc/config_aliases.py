@@ -7,7 +7,9 @@ removed. Ours win where both are set to the same value; two settings that name t
 different values are a ``ConfigError`` naming both, at start-up. vLLM's ``SM_VLLM_<ARG>`` is the
 engine argument ``<arg>``: the ones we have a setting for land there, every other one in
 ``LLM_BYOC_VLLM_ENGINE_ARGS`` (a key set there too, to another value, is again an error). Settings
-with no meaning here are dropped, each with a note that ``serve`` logs (``IGNORED``).
+with no meaning here are dropped, each with a note that ``serve`` logs (``IGNORED``). Values in notes
+and errors go through ``logging_setup.redact_value``: a secret (``SM_VLLM_HF_TOKEN``, a token in a
+model's URL) is never shown.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from . import config as c
+from .logging_setup import redact_value
 
 _DTYPE_NAMES = {"fp16": "float16", "half": "float16", "float16": "float16", "bf16": "bfloat16",
                 "bfloat16": "bfloat16", "fp32": "float32", "float": "float32", "float32": "float32", "auto": "auto"}
@@ -27,7 +30,8 @@ def _dtype(name: str) -> Callable[[str], str]:
     def convert(value: str) -> str:
         out = _DTYPE_NAMES.get(value.strip().lower())
         if out is None:
-            raise c.ConfigError(f"{name}={value!r} is not a dtype we serve ({', '.join(sorted(_DTYPE_NAMES))})")
+            raise c.ConfigError(f"{name}={redact_value(name, value)!r} is not a dtype we serve "
+                                f"({', '.join(sorted(_DTYPE_NAMES))})")
         return out
     return convert
 
@@ -127,7 +131,7 @@ def resolve_aliases(env: Mapping[str, str]) -> Resolved:
         if not value:
             continue
         _claim(wanted, out, ours, value, name)
-        notes.append(f"{name} read as {ours}={value}")
+        notes.append(f"{name} read as {ours}={redact_value(name, value)}")
     for name in sorted(env):
         if _vllm_arg(name) in VLLM_SERVER_ARGS and (env.get(name) or "").strip():
             out.pop(name, None)
@@ -173,12 +177,12 @@ def _alias_values(env: Mapping[str, str]):
 def _claim(wanted: dict, env: dict, ours: str, value: str, name: str) -> None:
     own = (env.get(ours) or "").strip()
     if own and name != ours and _differs(own, value):
-        raise c.ConfigError(f"{name}={value!r} and {ours}={own!r} both set {ours} to different values: "
-                            f"set one of them")
+        raise c.ConfigError(f"{name}={redact_value(name, value)!r} and {ours}={redact_value(ours, own)!r} both "
+                            f"set {ours} to different values: set one of them")
     if ours in wanted and _differs(wanted[ours][0], value):
         other = wanted[ours][1]
-        raise c.ConfigError(f"{name} and {other} both set {ours}, to {value!r} and {wanted[ours][0]!r}: "
-                            f"set one of them")
+        raise c.ConfigError(f"{name} and {other} both set {ours}, to {redact_value(name, value)!r} and "
+                            f"{redact_value(other, wanted[ours][0])!r}: set one of them")
     wanted[ours] = (own or value, name)
 
 
@@ -219,6 +223,7 @@ def _merged_engine_args(env: Mapping[str, str], extra: dict) -> str:
     own = c._json_object(c.ENV_VLLM_ENGINE_ARGS, own_text) or {}
     for key, value in extra.items():
         if key in own and own[key] != value:
-            raise c.ConfigError(f"{c.ENV_SM_VLLM_PREFIX}{key.upper()}={value!r} and {c.ENV_VLLM_ENGINE_ARGS}'s "
-                                f"{key!r}={own[key]!r} differ: set one of them")
+            raise c.ConfigError(f"{c.ENV_SM_VLLM_PREFIX}{key.upper()}={redact_value(key, value)!r} and "
+                                f"{c.ENV_VLLM_ENGINE_ARGS}'s {key!r}={redact_value(key, own[key])!r} differ: "
+                                f"set one of them")
     return json.dumps({**extra, **own})

@@ -9,11 +9,18 @@ import pytest
 from flask import Flask, Response, stream_with_context
 from llm_byoc.contract import INFERENCE_ID_HEADER, REQUEST_ID_HEADER
 from llm_byoc.logging_setup import (
+    MASK,
     configure_logging,
     context_from_headers,
     current_request,
+    format_args,
+    looks_secret,
+    redact_url,
+    redact_value,
     register_request_context,
     request_context,
+    scrub,
+    secret_values,
 )
 
 
@@ -141,3 +148,63 @@ def test_flask_requests_log_their_id_through_the_stream_and_an_access_line(log_s
     access = first[-1]
     assert access["status"] == 200 and access["method"] == "POST" and access["duration_s"] >= 0
     assert current_request() is None  # nothing leaks out of the request
+
+
+# --- secrets ------------------------------------------------------------------------------------
+
+SECRET = "hf_SECRETSECRET123"
+
+
+@pytest.mark.parametrize("name", ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "hf_token", "SM_VLLM_HF_TOKEN",
+                                  "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID", "api_key",
+                                  "OPENAI_API_KEY", "apiKey", "hfToken", "db_password", "X-Amz-Signature",
+                                  "X-Amz-Credential", "X-Amz-Security-Token", "sig", "Authorization"])
+def test_names_that_carry_a_secret(name):
+    assert looks_secret(name)
+
+
+@pytest.mark.parametrize("name", ["max_num_batched_tokens", "num_speculative_tokens", "LLM_BYOC_MAX_INPUT_TOKENS",
+                                  "tokenizer", "tokenizer_mode", "skip_tokenizer_init", "ssl_keyfile", "model",
+                                  "LLM_BYOC_ENGINE_SOCKET", "session_ttl_s", "kv_cache_memory_bytes", "HF_ENDPOINT"])
+def test_names_that_do_not(name):
+    assert not looks_secret(name)
+
+
+def test_url_credentials_are_masked_wherever_they_are_in_a_text():
+    text = (f"fetching https://user:{SECRET}@host.example/org/m?revision=main&X-Amz-Signature=abc123"
+            f"&X-Amz-Credential=AKIA%2F1&b=2, then http://{SECRET}@h/ and s3://bucket/prefix/ for me@example.com")
+    assert redact_url(text) == ("fetching https://***@host.example/org/m?revision=main&X-Amz-Signature=***"
+                                "&X-Amz-Credential=***&b=2, then http://***@h/ and s3://bucket/prefix/ for "
+                                "me@example.com")
+    assert redact_url(f"https://user:p@ss{SECRET}@host/x") == "https://***@host/x"  # the last @ ends the userinfo
+    assert redact_url("https://host/a@b?token=&x=1") == "https://host/a@b?token=&x=1"  # nothing to mask
+
+
+def test_values_are_masked_under_a_secret_name_at_any_depth():
+    assert redact_value("HF_TOKEN", SECRET) == MASK
+    assert redact_value("use_auth", True) is True and redact_value("hf_token", None) is None
+    assert redact_value("api_key", 1) == MASK
+    assert redact_value("model", f"https://u:{SECRET}@h/m") == "https://***@h/m"
+    nested = {"model": "m", "hf_overrides": {"api_key": SECRET, "n": 1}, "urls": [f"https://u:{SECRET}@h", 2]}
+    assert redact_value("speculative_config", nested) == {"model": "m", "hf_overrides": {"api_key": MASK, "n": 1},
+                                                          "urls": ["https://***@h", 2]}
+    line = format_args({"model": "/m", "hf_token": SECRET, "max_num_batched_tokens": 512,
+                        "structured_outputs_config": {"backend": "guidance"}})
+    assert line == "hf_token=***, max_num_batched_tokens=512, model=/m, structured_outputs_config={'backend': 'guidance'}"
+
+
+def test_secret_values_are_found_in_an_environment_and_its_json_and_scrubbed_from_free_text():
+    env = {"HF_TOKEN": SECRET, "LLM_BYOC_VLLM_ENGINE_ARGS": '{"hf_token": "hf_other_secret", "seed": 1}',
+           "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI", "LLM_BYOC_MODEL": "/opt/ml/model", "SOME_AUTH": "on"}
+    found = secret_values(env)
+    assert found == {SECRET, "hf_other_secret", "wJalrXUtnFEMI"}  # "on" is too short to hunt for in free text
+    said = f"refused {SECRET} and hf_other_secret at https://x:y@h/ (configuration on)"
+    assert scrub(said, found) == "refused *** and *** at https://***@h/ (configuration on)"
+    assert scrub(said, [None]) == f"refused {SECRET} and hf_other_secret at https://***@h/ (configuration on)"
+
+
+def test_a_line_never_carries_url_credentials(log_stream):
+    logging.getLogger("llm_byoc.test").info("downloading %s", f"https://user:{SECRET}@hub.example/org/m")
+    entry = json.loads(log_stream.getvalue())
+    assert entry["message"] == "downloading https://***@hub.example/org/m"
+

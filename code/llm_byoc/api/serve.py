@@ -48,7 +48,7 @@ from ..config import ENV_ENGINE_SOCKET, ENV_MODEL, ENV_SERVED_MODEL_NAME, Config
 from ..config_aliases import adopt_aliases
 from ..errors import ModelLoadError
 from ..engine import engine_socket
-from ..logging_setup import configure_logging
+from ..logging_setup import configure_logging, scrub, secret_values
 from ..models import fetch
 from ..metrics import ENV_PROMETHEUS_MULTIPROC_DIR
 from ..process import privileges
@@ -232,8 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         config = ServerConfig.from_env()
         engine = EngineConfig.from_env()  # checked here too, so a bad setting is exit code 2 whichever child reads it
         model_root = MultiModelConfig.from_env().model_root if config.multi_model else None
-    except ConfigError as exc:
-        print(f"serve: {exc}", file=sys.stderr)
+    except ConfigError as exc:  # what it echoes of a setting is redacted already; scrubbed again, to be sure
+        print(f"serve: {scrub(str(exc), secret_values(os.environ))}", file=sys.stderr)
         return EXIT_BAD_CONFIG
     configure_logging(config.log_level)
     for note in notes:
@@ -243,8 +243,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             os.environ[ENV_MODEL] = fetch.fetch_model(engine.model, engine.download_dir, engine.model_revision,
                                                       hub_token())
-        except ModelLoadError as exc:
-            log.error("%s", exc.message)
+        except ModelLoadError as exc:  # the S3 or hub client's words: no credential of ours in them
+            log.error("%s", scrub(exc.message, secret_values(os.environ)))
             return EXIT_CHILD_FAILED
         if not config.served_model_name:
             os.environ[ENV_SERVED_MODEL_NAME] = fetch.served_name_of(engine.model)

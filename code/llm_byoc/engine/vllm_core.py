@@ -12,6 +12,8 @@ full queue (429), its adapter (404) and its session. vLLM refusing a request
 anyway (a grammar it cannot compile, say) is that sequence's SequenceRejected.
 vLLM failing as a whole (its engine process died) is EngineDead for every
 sequence, and the state stays DEAD, so the engine server exits and ``serve`` with it.
+The engine arguments it logs, and what it says of a failure (the log, /ping), go
+through ``logging_setup``'s redaction: an ``hf_token`` or the like is never shown.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..adapters.messages import AdapterCommand, AdapterReply, AdapterSpec, AdapterStatus, LoRAStats
-from ..config import ENV_VLLM_ENABLE_LORA, ConfigError, EngineConfig
+from ..config import ENV_VLLM_ENABLE_LORA, ConfigError, EngineConfig, hub_token
 from ..errors import (
     EngineDead,
     EngineNotReady,
@@ -49,6 +51,7 @@ from ..protocol import (
 )
 from ..memory import available_memory, cgroup_memory_limit
 from ..metrics import families
+from ..logging_setup import format_args, scrub, secret_values
 from . import vllm_mapping
 from .adapter_registry import AdapterRegistry
 
@@ -299,6 +302,7 @@ class VllmCore:
                 detail = exc.message
             else:
                 detail = str(exc) if isinstance(exc, ConfigError) else _one_line(exc)
+            detail = self._redacted(detail)
             log.error("vLLM could not load the model: %s", detail)
             self._die(f"vLLM could not load the model: {detail}")
             return
@@ -318,7 +322,12 @@ class VllmCore:
                 pass
         except Exception as exc:  # vLLM's engine is gone (EngineDeadError) or broke: every sequence fails
             log.exception("vLLM's engine failed")
-            self._die(f"vLLM's engine failed: {type(exc).__name__}: {exc}")
+            self._die(self._redacted(f"vLLM's engine failed: {type(exc).__name__}: {exc}"))
+
+    def _redacted(self, text: str) -> str:
+        """vLLM's words for the log and /ping, with the secrets it was given (an ``hf_token`` engine argument,
+        the hub token) and the credentials of URLs masked."""
+        return scrub(text, [*secret_values(self.config.vllm_args), hub_token()])
 
     def _loop_once(self, engine) -> bool:
         with self._cond:
@@ -433,7 +442,7 @@ def _load(config: EngineConfig, reason: str, enable_lora: bool, figures: Schedul
     footprint = read_footprint(folder, getattr(torch, dtype).itemsize, max_len)
     vllm_mapping.check_fits(footprint, facts, args["tensor_parallel_size"] * args["pipeline_parallel_size"], config)
     vllm_mapping.omp_threads_default(config)
-    log.info("starting vLLM: %s", ", ".join(f"{k}={v}" for k, v in sorted(args.items())))
+    log.info("starting vLLM: %s", format_args(args))
 
     from vllm import EngineArgs
     from vllm.v1.engine.llm_engine import LLMEngine

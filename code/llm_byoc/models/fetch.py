@@ -7,8 +7,9 @@
   org/name[@revision]   a hub snapshot (config, tokenizer, safetensors weights: never pickle) into the
                         hub's cache, with the token TGI's image reads (``HF_TOKEN``); huggingface_hub
                         resumes its own partial files.
-Progress goes to the log, one line per file and a running total, never the token. A key that would
-land outside ``download_dir`` is refused.
+Progress goes to the log, one line per file and a running total, never the token; a client's error
+is quoted through ``logging_setup.scrub`` (the token and URL credentials masked). A key that would land
+outside ``download_dir`` is refused.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from ..errors import ModelLoadError
+from ..logging_setup import scrub
 from .source import HUB_ETAG_TIMEOUT_S, _HUB_ID
 
 log = logging.getLogger("llm_byoc.fetch")
@@ -107,7 +109,7 @@ def fetch_s3_prefix(uri: str, target: Path, client=None) -> Path:
     except ModelLoadError:
         raise
     except Exception as exc:  # credentials, a missing bucket: the operator's to fix
-        raise ModelLoadError(f"cannot list {uri}: {type(exc).__name__}: {exc}") from exc
+        raise ModelLoadError(scrub(f"cannot list {uri}: {type(exc).__name__}: {exc}")) from exc
     if not objects:
         raise ModelLoadError(f"{uri} holds no objects")
     total = sum(o.size for o in objects)
@@ -126,7 +128,8 @@ def fetch_s3_prefix(uri: str, target: Path, client=None) -> Path:
         try:
             client.download_file(bucket, obj.key, str(partial), Callback=progress)
         except Exception as exc:
-            raise ModelLoadError(f"cannot download s3://{bucket}/{obj.key}: {type(exc).__name__}: {exc}") from exc
+            message = scrub(f"cannot download s3://{bucket}/{obj.key}: {type(exc).__name__}: {exc}")
+            raise ModelLoadError(message) from exc
         os.replace(partial, path)
         done += obj.size
         log.info("[%d/%d] %s: %.1f MiB; %.1f of %.1f MiB done (%.0f%%)", number, len(objects), obj.relative,
@@ -163,7 +166,7 @@ def fetch_hub_snapshot(source: str, revision: str = "", token: str | None = None
         folder = snapshot_download(repo, revision=revision, token=token or False, allow_patterns=HUB_PATTERNS,
                                    etag_timeout=HUB_ETAG_TIMEOUT_S, tqdm_class=_log_tqdm())
     except Exception as exc:  # network, auth, missing repo; the message never holds the token
-        message = str(exc).replace(token, "***") if token else str(exc)
+        message = scrub(str(exc), [token])
         raise ModelLoadError(f"cannot download hub model {repo!r}: {type(exc).__name__}: {message}") from None
     return Path(folder)
 

@@ -2,7 +2,8 @@
 
 ``resolve_model_source`` only looks at the file system (no downloads, no
 conversion); ``materialize`` turns a source into a local safetensors folder,
-converting a GGUF file once or fetching a hub snapshot.
+converting a GGUF file once or fetching a hub snapshot. A source or a hub error quoted in a
+ModelLoadError goes through ``logging_setup``'s redaction (a token in a URL, the hub token: masked).
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..config import hub_token
 from ..errors import ModelLoadError
+from ..logging_setup import redact_url, scrub
 
 # "org/name" or "org/name@revision": one slash, hub-legal characters.
 _HUB_ID = re.compile(r"^([A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95})(?:@([\w./-]{1,100}))?$")
@@ -44,7 +47,7 @@ def resolve_model_source(source: str) -> ModelSource:
     hub = _HUB_ID.match(source)
     if hub and not source.lower().endswith(".gguf"):
         return ModelSource("hub", hub.group(1), hub.group(2))
-    raise ModelLoadError(f"model path {source} does not exist")
+    raise ModelLoadError(f"model path {redact_url(source)} does not exist")
 
 
 def _resolve_folder(folder: Path) -> ModelSource:
@@ -97,6 +100,6 @@ def _download_snapshot(source: ModelSource) -> Path:
         else:
             mode = "the hub is unreachable or the repo is unknown"
         raise ModelLoadError(
-            f"cannot fetch hub model {source.path!r} ({mode}): {type(exc).__name__}: {exc}"
+            f"cannot fetch hub model {source.path!r} ({mode}): {type(exc).__name__}: {scrub(str(exc), [hub_token()])}"
         ) from exc
     return Path(folder)
