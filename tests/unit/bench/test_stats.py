@@ -95,11 +95,25 @@ def test_summary_excludes_warmup_and_counts_throughput_over_the_window():
     assert summary.itl.count == 3 + 2
     assert summary.itl.max == pytest.approx(0.25)
     assert summary.window_s == pytest.approx(3.0 - 1.5)
-    # window [1.5, 3.0]: warm-up tokens at 1.5..2.0 (6 of them) + 4 + 3
-    assert summary.output_tokens == 6 + 4 + 3
-    assert summary.output_tokens_per_s == pytest.approx(13 / 1.5)
+    # window [1.5, 3.0]: the measured requests' 4 + 3 tokens; the warm-up's 6 arriving in it do not count
+    assert summary.output_tokens == 4 + 3
+    assert summary.output_tokens_per_s == pytest.approx(7 / 1.5)
     assert summary.requests_per_s == pytest.approx(2 / 1.5)
     assert summary.e2e.p50 == pytest.approx((0.5 + 1.0) / 2)
+
+
+def test_warmup_requests_still_streaming_in_the_window_do_not_count():
+    # the closed loop of issue 47: 2 warm-up requests of 64 tokens, then 32 measured ones of 64, all in flight
+    # together; measurement starts when the first measured request is due, while the warm-up still streams
+    warmup = [stream(i, due=0.0, first_token_after=0.1, gap=0.01, tokens=64, warmup=True) for i in range(2)]
+    measured = [stream(2 + i, due=0.05, first_token_after=0.1, gap=0.01, tokens=64) for i in range(32)]
+    records = warmup + measured
+    summary = summarize(records, warmup_end_s=0.05)
+    start, end = measured_window(records, 0.05)
+    assert all(start <= t <= end for r in warmup for t in r.token_times)  # every warm-up token is in the window
+    assert summary.output_tokens == 32 * 64  # 2,048, not 2,176
+    assert summary.output_tokens_per_s == pytest.approx(32 * 64 / summary.window_s)
+    assert tokens_in_window(records, start, end) == 32 * 64
 
 
 def test_summary_counts_errors_by_kind_and_leaves_failures_out_of_latency():
