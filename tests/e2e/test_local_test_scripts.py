@@ -7,6 +7,12 @@ serve_mme.sh, mme_invoke.sh) under the same container name, the agent demo, serv
 and check_gpu_image.sh on the CPU. Short prompts and few tokens (MAX_TOKENS); one container
 name and one free port of their own, so nothing clashes with the other e2e tests.
 
+The README's two commands run in an environment made from the README's steps alone, not CI's
+(#47: CI's environment has the offline model packages, a newcomer's has not): build_and_run.sh
+with a PATH whose python3 has nothing but the standard library (Docker and curl are all its step
+asks for), agent_demo.sh with a fresh virtual environment holding only `pip install -e '.[agent]'`
+and no demo repository yet. The other scripts run with CI's own Python first on PATH.
+
 Skipped, with the reason, when no Docker engine answers — unless
 LLM_BYOC_REQUIRE_DOCKER=1 (set by .ci/run), where that is a failure.
 """
@@ -18,11 +24,13 @@ import shutil
 import socket
 import stat
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
 
 import pytest
+from fixtures import machine
 import requests
 
 from docker_helpers import REPO, docker
@@ -32,6 +40,9 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 LOCAL_TEST = REPO / "local_test"
 SCRIPT_TIMEOUT_S = 600
 STARTUP_S = 300
+VENV_INSTALL_TIMEOUT_S = 1200
+# Whatever points a script's python3 at CI's environment rather than the one a step made.
+PYTHON_ENV_VARS = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
 
 
 def free_port() -> int:
@@ -40,14 +51,61 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def ci_bin_dirs() -> set[Path]:
+    """The folders of this test run's Python (CI's environment, with every model package), and the checkout's .venv."""
+    return {Path(sys.executable).parent, Path(sys.prefix) / "bin", REPO / ".venv" / "bin"}
+
+
+def path_without_ci_python(path: str) -> str:
+    ci = {d.resolve() for d in ci_bin_dirs()}
+    return os.pathsep.join(d for d in path.split(os.pathsep) if d and Path(d).resolve() not in ci)
+
+
+def env_with_python(env: dict, bin_dir: Path) -> dict:
+    """``env`` with ``bin_dir`` first on PATH, CI's Python off it and no variable that leads back to it."""
+    clean = {k: v for k, v in env.items() if k not in PYTHON_ENV_VARS}
+    return {**clean, "PATH": f"{bin_dir}{os.pathsep}{path_without_ci_python(env['PATH'])}"}
+
+
+@pytest.fixture(scope="session")
+def docker_only_bin(tmp_path_factory) -> Path:
+    """The bin folder of a virtual environment with nothing in it: a python3 that cannot import llm_byoc."""
+    venv = tmp_path_factory.mktemp("docker-only") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    assert subprocess.run([venv / "bin" / "python3", "-c", "import llm_byoc"], capture_output=True).returncode != 0
+    return venv / "bin"
+
+
+@pytest.fixture(scope="session")
+def readme_venv_bin(tmp_path_factory) -> Path:
+    """A fresh virtual environment (not --system-site-packages) made as the README says before
+    agent_demo.sh: `pip install -e '.[agent]'` from the repository root, nothing else. Its bin folder.
+
+    About a minute, two on a busy machine, with pip's cache cold or warm: most of it is unpacking and
+    byte-compiling torch (2.13.0, whichever build pip's own configuration finds, as for a newcomer) and
+    the rest. The editable install writes only git-ignored files into the checkout (the egg-info, the
+    compiled kernel, rebuilt from the same source)."""
+    venv = tmp_path_factory.mktemp("readme-steps") / "venv"
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    env = env_with_python(dict(os.environ), venv / "bin")
+    result = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "-e", ".[agent]"],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=VENV_INSTALL_TIMEOUT_S)
+    assert result.returncode == 0, f"pip install -e '.[agent]' failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    print(f"[local_test] the README's venv (pip install -e '.[agent]'): {time.monotonic() - started:.1f} s")
+    return venv / "bin"
+
+
 @pytest.fixture(scope="module")
 def scripts_env(image, tmp_path_factory):
-    """The environment every script runs with; the container and the image tag are removed afterwards."""
+    """The environment every script runs with (CI's Python first on PATH); the container and the image tag are
+    removed afterwards."""
     work = tmp_path_factory.mktemp("local-test")
     name = f"llm-byoc-e2e-scripts-{uuid.uuid4().hex[:8]}"
     port = free_port()
     env = {
         **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         "IMAGE": f"{image}-local-test",  # build_and_run.sh tags what it builds: not the session's tag
         "NAME": name,
         "PORT": str(port),
@@ -63,7 +121,7 @@ def scripts_env(image, tmp_path_factory):
         "C64_REQUESTS": "4",
     }
     yield env
-    for container in (name, f"{name}-other"):
+    for container in (name, f"{name}-other", f"{name}-agent"):
         docker("rm", "-f", container, check=False)
     docker("rmi", env["IMAGE"], check=False)
 
@@ -128,8 +186,10 @@ def assert_text_stream(result: subprocess.CompletedProcess) -> None:
     assert "tokens: TTFT" in result.stderr and "tokens/s" in result.stderr, result.stderr
 
 
-def test_build_and_run_serves_and_streams_text(scripts_env):
-    result = run(scripts_env, "build_and_run.sh")
+def test_build_and_run_serves_and_streams_text(scripts_env, docker_only_bin):
+    # The README's first step asks for Docker and curl only: no Python with llm_byoc on this machine.
+    result = run(env_with_python(scripts_env, docker_only_bin), "build_and_run.sh")
+    assert f"converting SmolLM2-135M-Instruct into {Path(scripts_env['MODEL_DIR']).resolve()} (inside" in result.stdout
     assert "== /ping is 200" in result.stdout
     assert '"object":"chat.completion"' in result.stdout
     streamed = result.stdout.split("(TGI, streamed", 1)[1]
@@ -172,6 +232,9 @@ def test_what_is_in_the_way_is_said_plainly(scripts_env, tmp_path):
     assert time.monotonic() - started < 30
     other = run(scripts_env, "serve_mme.sh", str(REPO), expect=1, timeout=60, extra_env={"NAME": f"{name}-other"})
     assert f"port {port} is already in use by the container {name}" in other.stderr
+    unbuilt = run(scripts_env, "agent_demo.sh", expect=1, timeout=60, extra_env={
+        **demo_env, "NAME": f"{name}-other", "IMAGE": "llm-byoc:not-built"})  # agent_demo.sh before build_and_run.sh
+    assert "no image llm-byoc:not-built here: build it first" in unbuilt.stderr
     closed = free_port()
     nobody = run(scripts_env, "predict.sh", "Hi", expect=1, timeout=60,
                  extra_env={"PORT": str(closed), "URL": f"http://localhost:{closed}"})
@@ -186,6 +249,7 @@ def test_docker_stop_exits_0_and_leaves_the_stopped_container(scripts_env):
 
 
 def test_the_multi_model_demo_after_docker_stop(scripts_env, tmp_path):
+    docker("stop", "-t", "60", scripts_env["NAME"], timeout=90, check=False)  # stopped already, unless run alone
     mme = Path(scripts_env["MME_DIR"])
     run(scripts_env, "build_model_repository.sh")
     files = [p for p in mme.rglob("*") if p.is_file()]
@@ -204,11 +268,17 @@ def test_the_multi_model_demo_after_docker_stop(scripts_env, tmp_path):
     assert status == 0, server.tail()
 
 
-def test_the_agent_demo(scripts_env):
-    result = run(scripts_env, "agent_demo.sh", "How many tokens does a KV cache block hold?")
+def test_the_agent_demo(scripts_env, readme_venv_bin, tmp_path):
+    # As the README has it: after build_and_run.sh (the image; its container may still run) and
+    # pip install -e '.[agent]', on a machine with no demo repository yet and none of the offline model packages.
+    port = str(free_port())
+    env = env_with_python({**scripts_env, "NAME": f"{scripts_env['NAME']}-agent", "PORT": port,
+                           "URL": f"http://localhost:{port}", "MME_DIR": str(tmp_path / "mme")}, readme_venv_bin)
+    result = run(env, "agent_demo.sh", "How many tokens does a KV cache block hold?")
+    assert f"building {Path(env['MME_DIR']).resolve()} inside" in result.stdout, "not built inside the image"
     assert "== RAG" in result.stdout and "== CAG" in result.stdout
     assert "Sources:" in result.stdout
-    assert container_gone(scripts_env["NAME"]), "the demo left its server behind"
+    assert container_gone(env["NAME"]), "the demo left its server behind"
 
 
 def test_serve_local_serves_in_the_foreground(scripts_env, tmp_path):
@@ -233,7 +303,7 @@ def test_wait_for_ping_reports_a_server_that_died_at_once(scripts_env):
 
 def test_check_gpu_image_without_a_gpu(scripts_env):
     if shutil.which("nvidia-smi"):
-        pytest.skip("this machine has a GPU: local_test/check_gpu_image.sh is for it, by hand (a 3 GB build)")
+        machine.skip_lacking("a machine without a GPU: with one, local_test/check_gpu_image.sh is run by hand (a 3 GB build)")
     refused = run(scripts_env, "check_gpu_image.sh", expect=1, timeout=60, extra_env={"IMAGE": "llm-byoc:gpu"})
     assert "no NVIDIA GPU here" in refused.stderr
     # Its steps on the CPU with the CPU image, as its header says.
