@@ -41,7 +41,7 @@ from llm_byoc import cpu
 from llm_byoc.bench.report import write_json
 from llm_byoc.models.default_model import model_or_default
 
-from .llama_server import DEFAULT_BINARY, LlamaServer, build_info
+from .llama_server import DEFAULT_BINARY, DEFAULT_GGUF_DIR, LlamaServer, build_info
 from .serve_process import ServeProcess
 
 GGUF_QUANTS = ("f32", "q8_0", "q4_1")
@@ -242,7 +242,7 @@ def format_table(rows: dict[str, list[dict]], relative: dict, c64: bool) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.cpu_engines", description=__doc__.split("\n")[0])
     parser.add_argument("--llama-server", type=Path, default=DEFAULT_BINARY)
-    parser.add_argument("--gguf-dir", type=Path, default=Path("/work/gguf"),
+    parser.add_argument("--gguf-dir", type=Path, default=DEFAULT_GGUF_DIR,
                         help="smollm2-135m-instruct-{f32,q8_0,q4_1}.gguf (container/build_llama_cpp.sh)")
     parser.add_argument("--model", help="our serve's model folder (default: SmolLM2-135M-Instruct)")
     parser.add_argument("--ours-env", type=parse_variant, action="append", default=[], metavar="NAME:KEY=VAL,...",

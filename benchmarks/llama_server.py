@@ -5,6 +5,7 @@ can put it beside our ``serve``. Built by ``container/build_llama_cpp.sh``."""
 from __future__ import annotations
 
 import http.client
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -13,7 +14,10 @@ from llm_byoc.process.procfs import footprint
 
 from .serve_process import free_port, stop_process
 
-DEFAULT_BINARY = Path("/work/llama.cpp-build/build/bin/llama-server")
+# Where container/build_llama_cpp.sh builds it and writes its GGUFs (LLAMA_CPP_ROOT, GGUF_DIR; .ci/run the same)
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "llm-byoc"
+DEFAULT_BINARY = Path(os.environ.get("LLAMA_CPP_ROOT") or CACHE / "llama.cpp") / "build/bin/llama-server"
+DEFAULT_GGUF_DIR = Path(os.environ.get("GGUF_DIR") or CACHE / "gguf")
 CTX_PER_SLOT = 256  # tokens each slot holds: a ~30-word prompt and 64 new tokens, with room
 
 

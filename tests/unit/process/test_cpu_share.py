@@ -6,6 +6,7 @@ import os
 import time
 
 import pytest
+from fixtures import machine
 
 from llm_byoc import cpu
 from llm_byoc.process.cpu_share import ThreadBudget, read_busy_seconds
@@ -33,7 +34,7 @@ def test_this_machine_s_proc_stat_moves_forward():
     cpus = frozenset(__import__("os").sched_getaffinity(0))
     first = read_busy_seconds(cpus)
     if first is None:
-        pytest.skip("no /proc/stat here")
+        machine.skip_lacking("/proc/stat (Linux)")
     deadline = time.process_time() + 0.05
     while time.process_time() < deadline:  # keep one core busy for 50 ms
         pass

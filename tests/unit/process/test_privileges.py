@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from fixtures import machine
 
 from llm_byoc.process.privileges import SERVICE_UID, Account, allows, decide, first_unreadable
 
@@ -92,7 +93,7 @@ def test_not_root_decides_nothing_and_no_user_keeps_root(model, stranger):
     assert kept.account is None and str(SERVICE_UID) in kept.reason
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="becoming another user needs root")
+@pytest.mark.skipif(os.geteuid() != 0, reason=machine.lacks("root, which becoming another user needs"))
 def test_become_gives_root_up_for_good(tmp_path):
     """In a fresh process: groups, gid, uid and HOME are the account's, and root does not come back."""
     script = (

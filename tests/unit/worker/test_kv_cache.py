@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from fixtures import machine
 import torch
 
 from llm_byoc.errors import ModelLoadError
@@ -81,7 +82,7 @@ print(" ".join(str("hg" in vm_flags(t.data_ptr() + t.numel() * t.element_size() 
 """
 
 
-@pytest.mark.skipif(not os.path.exists("/sys/kernel/mm/transparent_hugepage"), reason="no transparent huge pages")
+@pytest.mark.skipif(not os.path.exists("/sys/kernel/mm/transparent_hugepage"), reason=machine.lacks("transparent huge pages (a kernel setting)"))
 @pytest.mark.parametrize("pool, advised", [("load", True), ("ahead", True), ("lazy", False), ("load-4k", False),
                                            ("ahead-4k", False)])
 def test_a_committed_pool_asks_for_huge_pages_unless_told_not_to_a_lazy_one_never(pool, advised):

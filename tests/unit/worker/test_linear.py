@@ -17,6 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from fixtures import machine
 from kernel_isas import on_isa, torch_threads
 from llm_byoc.worker import cpu_kernels, linear
 from llm_byoc.worker.linear import (
@@ -35,8 +36,12 @@ needs_onednn = pytest.mark.skipif(
 )
 needs_kernels = pytest.mark.skipif(cpu_kernels.native is None, reason=str(cpu_kernels.unavailable()))
 ISAS = ["avx512", "avx2", "base"]
+# oneDNN's bfloat16 kernels need CPU instructions (AVX-512 BW/VL/DQ or AVX-NE-CONVERT); a torch without oneDNN
+# is a broken install, not a machine that lacks something
 needs_onednn_bf16 = pytest.mark.skipif(
-    not onednn_usable(CPU, torch.bfloat16), reason=f"oneDNN bfloat16: {onednn_unsupported(CPU, torch.bfloat16)}"
+    not onednn_usable(CPU, torch.bfloat16),
+    reason=(machine.lacks if torch.backends.mkldnn.is_available() else str)(
+        f"oneDNN bfloat16: {onednn_unsupported(CPU, torch.bfloat16)}"),
 )
 
 
