@@ -5,6 +5,8 @@
   POST /invocations           TGI or OpenAI style generation, plain JSON or SSE stream
   /v1/...                     the OpenAI API (api/openai_routes.py)
   POST /, /generate, /generate_stream, /tokenize, GET /info   Hugging Face TGI's routes (api/tgi_routes.py)
+
+The generation routes (``/invocations``, OpenAI's and TGI's) are the rows of ``api/routes.py``.
   GET  /execution-parameters  batch transform settings
   GET  /openapi.json          this API as an OpenAPI 3.1 document
 
@@ -21,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from functools import partial
 
 from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import RequestEntityTooLarge
@@ -33,7 +34,6 @@ from ..errors import EngineDead, EngineNotReady, PayloadTooLarge, TooManyConnect
 from ..logging_setup import context_from_headers, reset_request_context, set_request_context
 from ..metrics import engine_refresher, register_metrics_route
 from ..protocol import EngineState, KVCacheStats, ModelInfo
-from ..schemas.dispatch import parse_invocation
 from ..schemas.invocation import ResponseContext
 from .adapters import register_adapter_routes
 from .admission import Deadline, sequence_gate
@@ -46,6 +46,7 @@ from .loop_admission import ADMISSION_EXTENSION, LoopAdmission, generation_key
 from .multimodel_routes import register_multi_model_routes
 from .openai_routes import chat_options, register_openai_routes
 from .openapi import register_openapi_route
+from .routes import GENERATION_ROUTES
 from .tgi_routes import register_tgi_routes
 from .request_log import RequestLog
 
@@ -67,11 +68,12 @@ def create_app(
     if gate is not None:  # the HTTP worker's event loop admits with it too (loop_admission.py)
         app.extensions[ADMISSION_EXTENSION] = LoopAdmission(gate, generation_key)
     watch = ClientWatch()
-    parse = partial(parse_invocation, chat=chat_options(config))
-    app.add_url_rule("/invocations", "invocations", InvocationRoute(engine, config, model, gate, watch, parse),
-                     methods=["POST"])
-    register_openai_routes(app, engine, config, model, gate, watch)
-    register_tgi_routes(app, engine, config, model, gate, watch, capacity)
+    chat = chat_options(config)
+    for route in GENERATION_ROUTES:
+        app.add_url_rule(route.path, route.endpoint,
+                         InvocationRoute(engine, config, model, gate, watch, route.parser(chat)), methods=["POST"])
+    register_openai_routes(app, engine, model)
+    register_tgi_routes(app, engine, config, model, capacity)
 
     @app.get("/ping")
     @app.get("/health")

@@ -8,7 +8,7 @@ Under ``/v1/`` (the OpenAI routes) the body takes OpenAI's shape, which the
 ``openai`` client reads into its error types, and keeps our ``type`` beside it:
 ``{"error": {"message", "type", "param", "code"}, "type"}``.
 
-On TGI's routes (``api/tgi_routes.py``) the body and the codes are TGI's, which
+On TGI's routes (its generation rows in ``api/routes.py``, and ``/tokenize``) the body and the codes are TGI's, which
 ``huggingface_hub`` reads into its errors: ``{"error", "error_type"}``, a bad
 request 422 ``validation``, an overload 429 ``overloaded``, a failed generation
 424 ``generation``. ``/invocations`` keeps ours (400, ``{"error", "type"}``).
@@ -22,6 +22,7 @@ from flask import Flask, has_request_context, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from ..errors import EngineNotReady, ServingError
+from .routes import GENERATION_ROUTES
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +30,10 @@ RETRY_AFTER_S = 1  # what a refused client is told to wait: capacity frees up as
 
 
 OPENAI_PREFIX = "/v1/"
-TGI_ENDPOINTS = {"/": "tgi_compat", "/generate": "tgi_generate", "/generate_stream": "tgi_generate_stream",
-                 "/tokenize": "tgi_tokenize"}  # TGI's routes (api/tgi_routes.py), by path
+TGI_TOKENIZE_ENDPOINT = "tgi_tokenize"
+# TGI's routes, by path: its generation routes (api/routes.py) and /tokenize (api/tgi_routes.py)
+TGI_ENDPOINTS = {**{route.path: route.endpoint for route in GENERATION_ROUTES if route.tgi},
+                 "/tokenize": TGI_TOKENIZE_ENDPOINT}
 TGI_PATHS = tuple(TGI_ENDPOINTS)
 # our status -> TGI's (status, error_type); others keep their status and our type
 _TGI_ERRORS = {400: (422, "validation"), 429: (429, "overloaded"), 500: (424, "generation")}
@@ -43,8 +46,13 @@ def tgi_error(status: int, error_type: str) -> tuple[int, str]:
 def error_body(status: int, message: str, error_type: str) -> dict:
     """The JSON of an error answer (or of a stream's last event) for the route being served."""
     if _on_tgi_route():
-        return {"error": message, "error_type": tgi_error(status, error_type)[1]}
+        return tgi_error_json(status, message, error_type)
     return error_json(request.path if has_request_context() else "", status, message, error_type)
+
+
+def tgi_error_json(status: int, message: str, error_type: str) -> dict:
+    """TGI's error body: ``error_type`` in its terms (validation, overloaded, generation)."""
+    return {"error": message, "error_type": tgi_error(status, error_type)[1]}
 
 
 def error_json(path: str, status: int, message: str, error_type: str) -> dict:

@@ -8,7 +8,7 @@ refused client waited that long for its 429. The event loop sees each request
 the moment its connection becomes readable: it peeks at the request line (the
 bytes stay in the socket for the thread that serves the request), takes room
 in the app's ``CapacityGate`` (``admission.py``) for a generation route (one
-sequence), or in multi-model mode for an invoke (one among the invoked
+sequence; the rows of ``routes.py``), or in multi-model mode for an invoke (one among the invoked
 model's requests in flight), and hands the ticket to the serving thread
 (``environ[TICKET]``), whose route then takes no room of its own; when the
 gate is full it writes the 429 itself (the JSON shape and ``Retry-After`` the
@@ -26,13 +26,12 @@ import socket
 import time
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 
 from ..errors import QueueFull
 from .admission import ONE_KEY, CapacityGate, Ticket
-from .errors import RETRY_AFTER_S, error_json
-
-# The routes whose requests take room in the gate (InvocationRoute serves them all).
-GENERATION_ROUTES = frozenset({"/invocations", "/v1/completions", "/v1/chat/completions"})
+from .errors import RETRY_AFTER_S, error_json, tgi_error_json
+from .routes import BY_PATH
 PEEK_BYTES = 1024
 TICKET = "llm_byoc.admission_ticket"  # environ key: the room the event loop took for this request
 ADMISSION_EXTENSION = "llm_byoc.loop_admission"  # app.extensions key: what the event loop admits with
@@ -49,7 +48,7 @@ def generation_route(head: bytes) -> str | None:
     if len(parts) != 3 or parts[0] != b"POST" or not parts[2].startswith(b"HTTP/1."):
         return None
     path = parts[1].split(b"?", 1)[0].decode("latin-1")
-    return path if path in GENERATION_ROUTES or invoked_model(path) is not None else None
+    return path if path in BY_PATH or invoked_model(path) is not None else None
 
 
 def invoked_model(path: str) -> str | None:
@@ -61,8 +60,8 @@ def invoked_model(path: str) -> str | None:
 
 
 def generation_key(path: str) -> str | None:
-    """Single-model mode: a generation route takes room under the gate's one key."""
-    return ONE_KEY if path in GENERATION_ROUTES else None
+    """Single-model mode: a generation route (api/routes.py) takes room under the gate's one key."""
+    return ONE_KEY if path in BY_PATH else None
 
 
 class LoopAdmission:
@@ -90,8 +89,10 @@ def peek_route(sock: socket.socket) -> str | None:
 
 
 def refusal(path: str, exc: QueueFull) -> bytes:
-    """The 429 the app would answer, with ``Connection: close``."""
-    body = json.dumps(error_json(path, exc.status_code, exc.message, exc.error_type)).encode()
+    """The 429 the app would answer, in the route's error shape, with ``Connection: close``."""
+    route = BY_PATH.get(path)
+    shape = tgi_error_json if route is not None and route.tgi else partial(error_json, path)
+    body = json.dumps(shape(exc.status_code, exc.message, exc.error_type)).encode()
     head = (
         f"HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
         f"Retry-After: {RETRY_AFTER_S}\r\nConnection: close\r\n\r\n"

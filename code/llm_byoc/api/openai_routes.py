@@ -4,38 +4,27 @@
   POST /v1/completions        OpenAI (legacy) completions (plain or streamed)
   GET  /v1/models             the served model, and each registered LoRA adapter (``parent``: the model)
 
-The two generation routes are ``InvocationRoute``s with the OpenAI parsers:
-the same admission, budget, client watch and drain as ``/invocations``.
-Errors under ``/v1/`` are in OpenAI's shape (api/errors.py).
+The two generation routes are rows of ``api/routes.py`` (``InvocationRoute``s with the OpenAI
+parsers: the same admission, budget, client watch and drain as ``/invocations``); this module
+adds the rest. Errors under ``/v1/`` are in OpenAI's shape (api/errors.py).
 """
 
 from __future__ import annotations
 
 import time
-from functools import partial
 from typing import Any
 
 from flask import Flask, jsonify
 
 from ..config import ServerConfig
 from ..engine.seam import ServingEngine
-from ..schemas.dispatch import parse_chat_completion, parse_text_completion
 from ..schemas.openai import ChatOptions
-from .admission import CapacityGate
-from .client_watch import ClientWatch
-from .invocations import InvocationRoute
 
 OWNER = "llm-byoc"
 
 
-def register_openai_routes(app: Flask, engine: ServingEngine, config: ServerConfig, model: Any,
-                           gate: CapacityGate | None, watch: ClientWatch) -> None:
-    """``model``: app._ModelFacts; ``gate``/``watch``: the ones ``/invocations`` uses."""
-    for path, endpoint, parse in (
-        ("/v1/chat/completions", "openai_chat", partial(parse_chat_completion, chat=chat_options(config))),
-        ("/v1/completions", "openai_completions", parse_text_completion),
-    ):
-        app.add_url_rule(path, endpoint, InvocationRoute(engine, config, model, gate, watch, parse), methods=["POST"])
+def register_openai_routes(app: Flask, engine: ServingEngine, model: Any) -> None:
+    """``model``: app._ModelFacts."""
     started = int(time.time())
 
     @app.get("/v1/models")

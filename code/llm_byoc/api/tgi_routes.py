@@ -9,8 +9,9 @@
   POST /tokenize          {"inputs"} -> [{"id", "text", "start", "stop"}]: the prompt's tokens and
                           their character spans in it
 
-The generation routes are ``InvocationRoute``s with TGI's parser (``schemas/tgi.py``): the same
-admission, budget, client watch and drain as ``/invocations``. Errors on these routes take TGI's
+The generation routes are rows of ``api/routes.py`` (``InvocationRoute``s with TGI's parser,
+``schemas/tgi.py``: the same admission, budget, client watch and drain as ``/invocations``); this
+module adds ``/info`` and ``/tokenize``. Errors on these routes take TGI's
 shape and codes (``api/errors.py``): 422 validation, 424 generation, 429 overloaded.
 """
 
@@ -25,31 +26,24 @@ from ..config import ServerConfig
 from ..engine.seam import ServingEngine
 from ..errors import InvalidRequest
 from ..protocol import MAX_TOP_LOGPROBS
-from ..schemas.dispatch import tgi_parser
 from ..schemas.tgi import MAX_BEST_OF
 from ..schemas.invocation import MAX_STOP, require_object
-from .admission import CapacityGate
 from .body import read_json
-from .client_watch import ClientWatch
-from .errors import TGI_ENDPOINTS
-from .invocations import InvocationRoute
+from .errors import TGI_TOKENIZE_ENDPOINT
 
 ROUTER = "llm-byoc"
 
 
 def register_tgi_routes(app: Flask, engine: ServingEngine, config: ServerConfig, model: Any,
-                        gate: CapacityGate | None, watch: ClientWatch, capacity: int | None = None) -> None:
-    """``model``: app._ModelFacts; ``gate``/``watch``: the ones ``/invocations`` uses;
-    ``capacity``: the requests the server holds at once (TGI's max_concurrent_requests)."""
-    for path, route in (("/", ""), ("/generate", "generate"), ("/generate_stream", "generate_stream")):
-        app.add_url_rule(path, TGI_ENDPOINTS[path],
-                         InvocationRoute(engine, config, model, gate, watch, tgi_parser(route)), methods=["POST"])
+                        capacity: int | None = None) -> None:
+    """``model``: app._ModelFacts; ``capacity``: the requests the server holds at once (TGI's
+    max_concurrent_requests)."""
 
     @app.get("/info")
     def tgi_info():
         return jsonify(info_json(model, capacity, getattr(engine, "max_input_tokens", 0)))
 
-    @app.post("/tokenize", endpoint=TGI_ENDPOINTS["/tokenize"])
+    @app.post("/tokenize", endpoint=TGI_TOKENIZE_ENDPOINT)
     def tgi_tokenize():
         body = require_object(read_json(request, config.max_payload_bytes), "the request body")
         text = body.get("inputs")

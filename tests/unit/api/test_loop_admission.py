@@ -9,7 +9,10 @@ import time
 import pytest
 
 from llm_byoc.api import loop_admission
-from llm_byoc.api.admission import model_gate, sequence_gate
+from llm_byoc.api.admission import ONE_KEY, model_gate, sequence_gate
+from llm_byoc.api.app import create_app
+from llm_byoc.api.invocations import InvocationRoute
+from llm_byoc.api.routes import GENERATION_ROUTES
 from llm_byoc.api.loop_admission import (
     Draining, LoopAdmission, generation_key, generation_route, invoked_model, peek_route, refusal, send_refusal,
 )
@@ -34,6 +37,27 @@ from llm_byoc.errors import QueueFull
 ])
 def test_generation_route(head, route):
     assert generation_route(head) == route
+
+
+@pytest.mark.parametrize("route", GENERATION_ROUTES, ids=lambda route: route.path)
+def test_every_generation_route_takes_room_in_the_event_loop(route):
+    # TGI's /, /generate and /generate_stream were once missing here: in a burst their 429s came late
+    assert generation_route(f"POST {route.path} HTTP/1.1\r\n".encode()) == route.path
+    assert generation_key(route.path) == ONE_KEY
+
+
+def test_the_app_serves_generation_exactly_on_the_routes_the_event_loop_admits(engine, config):
+    app = create_app(engine, config, capacity=4, health_refresh_s=0)
+    served = {rule.rule for rule in app.url_map.iter_rules() if isinstance(app.view_functions[rule.endpoint],
+                                                                           InvocationRoute)}
+    assert served == {route.path for route in GENERATION_ROUTES}
+    assert all(generation_route(f"POST {path} HTTP/1.1\r\n".encode()) == path for path in served)
+
+
+def test_a_tgi_route_is_refused_in_tgi_s_shape():
+    head, _, body = refusal("/generate_stream", QueueFull("the server is at capacity")).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 429 Too Many Requests\r\n") and b"Retry-After: 1" in head
+    assert json.loads(body) == {"error": "the server is at capacity", "error_type": "overloaded"}
 
 
 def test_refusal_is_the_app_s_429_in_each_shape():
