@@ -4,6 +4,7 @@
         --streams 400 --holders 600                 # 400 streams + 600 idle keep-alive connections
     python -m benchmarks.overload --model DIR --code /path/to/other/checkout/code --label baseline
     python -m benchmarks.overload --model DIR --multi-model --streams 300   # plain invokes, MME mode
+    python -m benchmarks.overload --model DIR --path /generate_stream      # TGI's own streaming route
 
 Starts ``serve`` on a loopback port, opens ``--holders`` keep-alive
 connections that ask ``/ping`` every 4 s (so the server keeps them open),
@@ -51,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--server-timeout", type=int, default=60, help="SAGEMAKER_MODEL_SERVER_TIMEOUT")
     parser.add_argument("--threads", default="2", help="LLM_BYOC_NUM_THREADS of the model worker")
     parser.add_argument("--multi-model", action="store_true", help="SAGEMAKER_MULTI_MODEL=true, plain invokes")
+    parser.add_argument("--path", default="/invocations", choices=("/invocations", "/generate_stream"),
+                        help="the route the TGI streams (and the late arrivals) are sent to")
     parser.add_argument("--code", help="run serve from this checkout's code/ folder (a baseline)")
     parser.add_argument("--label", default="current", help="names the result file")
     parser.add_argument("--env", action="append", default=[], metavar="K=V", help="extra server environment")
@@ -75,7 +78,7 @@ def server_env(args: argparse.Namespace, model_root: Path | None) -> dict[str, s
 
 
 def _burst_requests(args: argparse.Namespace) -> list[BurstRequest]:
-    """``--streams`` requests: TGI streams to /invocations, or plain invokes of the MME model."""
+    """``--streams`` requests: TGI streams to ``--path``, or plain invokes of the MME model."""
     requests = []
     for index in range(args.streams):
         prompt = make_prompt(random.Random(index), args.input_words)
@@ -84,7 +87,9 @@ def _burst_requests(args: argparse.Namespace) -> list[BurstRequest]:
             del body["stream"]  # a plain invoke
             requests.append(BurstRequest(f"/models/{MME_MODEL}/invoke", json.dumps(body).encode(), stream=False))
         else:
-            requests.append(BurstRequest("/invocations", json.dumps(body).encode(), stream=True))
+            if args.path != "/invocations":
+                del body["stream"]  # TGI's /generate_stream streams, and takes no "stream" key
+            requests.append(BurstRequest(args.path, json.dumps(body).encode(), stream=True))
     return requests
 
 
@@ -151,7 +156,7 @@ def _burst(port: int, args: argparse.Namespace, late: Probe) -> list[BurstResult
 
 def _late_request(args: argparse.Namespace) -> tuple[str, bytes]:
     """What a client arriving at the full server sends (given up after 2 s if admitted)."""
-    path = f"/models/{MME_MODEL}/invoke" if args.multi_model else "/invocations"
+    path = f"/models/{MME_MODEL}/invoke" if args.multi_model else args.path
     return path, json.dumps({"inputs": "a late arrival", "parameters": {"max_new_tokens": 1}}).encode()
 
 
