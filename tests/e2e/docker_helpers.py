@@ -6,15 +6,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import requests
+from fixtures.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = os.environ.get("LLM_BYOC_TEST_IMAGE", "llm-byoc:e2e")
@@ -69,18 +69,19 @@ def running_container(image: str, mount: tuple[Path, str], env: dict[str, str], 
     removed afterwards and its logs printed (pytest shows them on failure).
     """
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    host_dir, target = mount
-    env_args = [arg for key, value in env.items() for arg in ("-e", f"{key}={value}")]
-    docker(
-        "run", "-d", "--name", name, "-p", "127.0.0.1::8080",
-        "-v", f"{host_dir}:{target}:ro", *env_args,
-        image, "serve",
-    )
-    try:
-        host_port = docker("port", name, "8080").stdout.split()[0].rsplit(":", 1)[1]
-        url = f"http://127.0.0.1:{host_port}"
-        wait_for_ping(url, name)
+    docker("run", "-d", "--name", name, "-p", "127.0.0.1::8080", *_run_args(env, [mount]), image, "serve")
+    with _serving(name, lambda: docker("port", name, "8080").stdout.split()[0].rsplit(":", 1)[1]) as url:
         yield name, url
+
+
+@contextmanager
+def _serving(name: str, port: Callable[[], str | int]) -> Iterator[str]:
+    """The started container ``name``'s URL once /ping says 200; then the container removed, its logs printed
+    (pytest shows them on failure)."""
+    try:
+        url = f"http://127.0.0.1:{port()}"
+        wait_for_ping(url, name)
+        yield url
     finally:
         logs = container_logs(name)
         docker("rm", "-f", name, check=False)
@@ -108,13 +109,6 @@ def stop_and_exit_code(name: str) -> tuple[int, str]:
     return state["ExitCode"], docker("logs", name, check=False).stderr[-3000:]
 
 
-def free_port() -> int:
-    """A TCP port nothing on this machine listens on now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def _run_args(env: dict[str, str], mounts: list[tuple[Path, str]]) -> list[str]:
     volumes = [arg for host_dir, target in mounts for arg in ("-v", f"{host_dir}:{target}:ro")]
     return [*volumes, *(arg for key, value in env.items() for arg in ("-e", f"{key}={value}"))]
@@ -130,14 +124,8 @@ def running_on_host_network(image: str, env: dict[str, str], mounts: list[tuple[
     name, port = f"{prefix}-{uuid.uuid4().hex[:8]}", free_port()
     docker("run", "-d", "--name", name, "--network", "host",
            *_run_args({"SAGEMAKER_BIND_TO_PORT": str(port), **env}, mounts), image, "serve")
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_for_ping(url, name)
+    with _serving(name, lambda: port) as url:
         yield name, url
-    finally:
-        logs = container_logs(name)
-        docker("rm", "-f", name, check=False)
-        print(logs)
 
 
 def run_to_exit(image: str, env: dict[str, str], mounts: list[tuple[Path, str]],

@@ -17,13 +17,12 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import boto3
 import pytest
 import requests
 from fakes.fake_hub import FakeHub
-from moto.server import ThreadedMotoServer
+from fixtures.s3_stand_in import s3_with_model
 
-from docker_helpers import docker, free_port, make_readable, run_to_exit, running_on_host_network
+from docker_helpers import docker, make_readable, run_to_exit, running_on_host_network
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -87,17 +86,8 @@ def hub(model_dir):
 
 @pytest.fixture(scope="module")
 def s3_url(model_dir):
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
-    server.start()
-    url = f"http://127.0.0.1:{port}"
-    client = boto3.client("s3", endpoint_url=url, region_name="us-east-1", aws_access_key_id="testing",
-                          aws_secret_access_key="testing")
-    client.create_bucket(Bucket="models")
-    for path in model_dir.iterdir():
-        client.upload_file(str(path), "models", f"tiny/{path.name}")
-    yield url
-    server.stop()
+    with s3_with_model(model_dir) as url:
+        yield url
 
 
 @pytest.mark.parametrize("who", sorted(STARTS))

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import stat
 import subprocess
 import sys
@@ -30,10 +29,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-from fixtures import machine
 import requests
 
 from docker_helpers import REPO, docker
+from fixtures import machine
+from fixtures.ports import free_port
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -43,12 +43,6 @@ STARTUP_S = 300
 VENV_INSTALL_TIMEOUT_S = 1200
 # Whatever points a script's python3 at CI's environment rather than the one a step made.
 PYTHON_ENV_VARS = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def ci_bin_dirs() -> set[Path]:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -14,16 +13,11 @@ from pathlib import Path
 import requests
 
 from benchmarks.serve_process import stop_process
+from fixtures.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 SERVE = REPO / "container" / "serve"
 STARTUP_S = 180
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for_ping(url: str, timeout_s: float, proc=None, consecutive: int = 10) -> None:

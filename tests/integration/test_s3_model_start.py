@@ -4,28 +4,18 @@ under the prefix's name; a restart finds every file complete and copies nothing.
 
 from __future__ import annotations
 
-import boto3
 import pytest
 import requests
-from moto.server import ThreadedMotoServer
-from serve_helpers import Server, free_port, started
+from fixtures.s3_stand_in import s3_with_model
+from serve_helpers import Server, started
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def s3_url(tiny_llama_dir):
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
-    server.start()
-    url = f"http://127.0.0.1:{port}"
-    client = boto3.client("s3", endpoint_url=url, region_name="us-east-1", aws_access_key_id="testing",
-                          aws_secret_access_key="testing")
-    client.create_bucket(Bucket="models")
-    for path in tiny_llama_dir.iterdir():
-        client.upload_file(str(path), "models", f"tiny/{path.name}")
-    yield url
-    server.stop()
+    with s3_with_model(tiny_llama_dir) as url:
+        yield url
 
 
 def test_an_s3_prefix_is_fetched_at_start_and_served(s3_url, tiny_llama_dir, tmp_path):
