@@ -5,10 +5,10 @@
   POST /invocations           TGI or OpenAI style generation, plain JSON or SSE stream
   /v1/...                     the OpenAI API (api/openai_routes.py)
   POST /, /generate, /generate_stream, /tokenize, GET /info   Hugging Face TGI's routes (api/tgi_routes.py)
-
-The generation routes (``/invocations``, OpenAI's and TGI's) are the rows of ``api/routes.py``.
   GET  /execution-parameters  batch transform settings
   GET  /openapi.json          this API as an OpenAPI 3.1 document
+
+The generation routes (``/invocations``, OpenAI's and TGI's) are the rows of ``api/routes.py``.
 
 Multi-model mode (``create_multi_model_app``): the MME routes of ``api/multimodel_routes.py``.
 

@@ -8,8 +8,8 @@ Under ``/v1/`` (the OpenAI routes) the body takes OpenAI's shape, which the
 ``openai`` client reads into its error types, and keeps our ``type`` beside it:
 ``{"error": {"message", "type", "param", "code"}, "type"}``.
 
-On TGI's routes (its generation rows in ``api/routes.py``, and ``/tokenize``) the body and the codes are TGI's, which
-``huggingface_hub`` reads into its errors: ``{"error", "error_type"}``, a bad
+On TGI's routes (its generation rows in ``api/routes.py``, and ``/tokenize``)
+the body and the codes are TGI's, which ``huggingface_hub`` reads into its errors: ``{"error", "error_type"}``, a bad
 request 422 ``validation``, an overload 429 ``overloaded``, a failed generation
 424 ``generation``. ``/invocations`` keeps ours (400, ``{"error", "type"}``).
 """

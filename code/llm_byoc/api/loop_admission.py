@@ -8,8 +8,8 @@ refused client waited that long for its 429. The event loop sees each request
 the moment its connection becomes readable: it peeks at the request line (the
 bytes stay in the socket for the thread that serves the request), takes room
 in the app's ``CapacityGate`` (``admission.py``) for a generation route (one
-sequence; the rows of ``routes.py``), or in multi-model mode for an invoke (one among the invoked
-model's requests in flight), and hands the ticket to the serving thread
+sequence; the rows of ``routes.py``), or in multi-model mode for an invoke
+(one among the invoked model's requests in flight), and hands the ticket to the serving thread
 (``environ[TICKET]``), whose route then takes no room of its own; when the
 gate is full it writes the 429 itself (the JSON shape and ``Retry-After`` the
 app's own 429 has), half-closes the connection and lets ``Draining`` read
@@ -32,6 +32,7 @@ from ..errors import QueueFull
 from .admission import ONE_KEY, CapacityGate, Ticket
 from .errors import RETRY_AFTER_S, error_json, tgi_error_json
 from .routes import BY_PATH
+
 PEEK_BYTES = 1024
 TICKET = "llm_byoc.admission_ticket"  # environ key: the room the event loop took for this request
 ADMISSION_EXTENSION = "llm_byoc.loop_admission"  # app.extensions key: what the event loop admits with

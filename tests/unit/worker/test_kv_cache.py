@@ -7,9 +7,9 @@ import subprocess
 import sys
 
 import pytest
-from fixtures import machine
 import torch
 
+from fixtures import machine
 from llm_byoc.errors import ModelLoadError
 from llm_byoc.worker.kv_cache import NULL_SLOT, PagedKVCache, advise_huge_pages
 
